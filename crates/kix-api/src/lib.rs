@@ -1,1 +1,31 @@
-//! kix-api
+//! kix's custom resources (`kix.run/v1alpha1`, both cluster-scoped):
+//!
+//! - [`Activation`] (`activations.kix.run`, short name `act`): one deploy of
+//!   one Kix cluster's build, named `<cluster>-<sequence>`.
+//! - [`PackageInstance`] (`packageinstances.kix.run`, short name `kpi`): one
+//!   package installed by one Kix cluster, named `<cluster>.<package>`.
+//!
+//! Also the label and annotation keys kix writes on applied objects
+//! ([`labels`]) and the CRD YAML ([`crds_yaml`]).
+
+mod activation;
+mod crds;
+pub mod labels;
+mod object_ref;
+mod package_instance;
+mod schema;
+
+pub use activation::{
+    Activation, ActivationSpec, ActivationStatus, Counts, Drift, Engine, FailedDeletion, Phase,
+    Progress, Receipt, Source, is_terminal,
+};
+pub use crds::{crds, crds_yaml};
+pub use labels::{
+    ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, ANNOTATION_PRUNE, API_VERSION, CONDITION_READY,
+    FIELD_MANAGER, FINALIZER, GROUP, LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_OWNER, LABEL_PACKAGE,
+    MANAGED_BY_VALUE, PRUNE_DISABLED, VERSION, owner_value,
+};
+pub use object_ref::ObjectRef;
+pub use package_instance::{
+    PackageInstance, PackageInstanceSpec, PackageInstanceStatus, PackagePhase,
+};

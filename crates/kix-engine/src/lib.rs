@@ -1,1 +1,3 @@
 //! kix-engine
+
+pub mod health;

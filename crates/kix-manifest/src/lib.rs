@@ -1,1 +1,32 @@
-//! kix-manifest
+//! kix-manifest: reads a kix build (a format-1 manifest tree, normally a Nix
+//! store path) into an ordered, checked set of Kubernetes objects.
+//!
+//! Pure: no network, no Kubernetes client, no async. The engine crate plans
+//! and applies what [`read_tree`] returns.
+//!
+//! * [`StorePath`]: syntactic validation of `/nix/store/<hash>-<name>`.
+//! * [`read_tree`] → [`Build`] → [`Package`]s → [`Object`]s, or a
+//!   [`TreeError`] naming the file(s) at fault.
+//! * [`ObjectKey`], [`canonical_digest`], [`kind_rank`],
+//!   [`compare_versions`]: the building blocks the engine shares.
+
+mod error;
+mod kinds;
+mod migration;
+mod object;
+mod store_path;
+pub mod tree;
+mod version;
+mod walk;
+
+pub use error::TreeError;
+pub use kinds::{is_well_known_cluster_scoped, kind_rank};
+pub use migration::{ActionKind, Migration, MigrationAction, ObjectRef};
+pub use object::{
+    Object, ObjectKey, ObjectKeyError, canonical_digest, canonical_json, group_of,
+};
+pub use store_path::{
+    HASH_LEN, MAX_NAME_LEN, NIXBASE32_ALPHABET, STORE_DIR, StorePath, StorePathError,
+};
+pub use tree::{Build, BuildSummary, FORMAT, Package, ReadOptions, Settings, read_tree};
+pub use version::compare_versions;

@@ -1,1 +1,28 @@
-//! kix-nix
+//! kix-nix: everything kix asks of Nix.
+//!
+//! - [`build`] runs `nix build --no-link --json` for a [`BuildSource`] (a
+//!   flake's `kixClusters.<name>`, a file and attribute, or a path) and returns
+//!   the store path; Nix's stderr streams through while it is captured for the
+//!   error.
+//! - [`build_and_read`] also reads the manifest tree (kix-manifest) and checks
+//!   the cluster name: what `kix build`, `kix plan` and `kix deploy` share.
+//! - [`is_valid`], [`realise`], [`ensure_valid`], [`add_to_store`],
+//!   [`resolve_path`]: the store.
+//! - [`GcRoots`]: a GC root per Activation.
+//!
+//! Everything is synchronous `std::process`; async callers use
+//! `spawn_blocking`. Every `nix` invocation passes
+//! `--extra-experimental-features 'nix-command flakes'`. A missing `nix` or
+//! `nix-store` binary is [`NixError::NixNotInstalled`].
+
+mod build;
+mod command;
+mod error;
+mod gcroots;
+mod store;
+
+pub use build::{BuildError, BuildOptions, BuildSource, build, build_and_read, read_build};
+pub use error::NixError;
+pub use gcroots::{DEFAULT_GCROOTS_DIR, GCROOTS_DIR_ENV, GcRoot, GcRoots};
+pub use kix_manifest::StorePath;
+pub use store::{add_to_store, ensure_valid, is_valid, realise, resolve_path, store_dir};

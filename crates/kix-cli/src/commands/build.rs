@@ -1,17 +1,204 @@
 //! `kix build <CLUSTER>`: build with Nix, print the store path and a summary.
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Args;
+use kix_manifest::Build;
+use kix_nix::{BuildOptions, BuildSource, StorePath};
+use serde::Serialize;
 
-use super::GlobalArgs;
+use super::{GlobalArgs, OutputFormat};
 
 #[derive(Debug, Args)]
 pub struct BuildArgs {
     /// The Kix cluster (an attribute of `kixClusters` in the flake).
     pub cluster: String,
+
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// Output format on stdout.
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+
+    /// Extra arguments for `nix build`, after `--` (e.g. `-- --show-trace`).
+    #[arg(last = true, value_name = "NIX_ARGS")]
+    pub nix_args: Vec<OsString>,
 }
 
-pub async fn exec(_args: BuildArgs, _global: &GlobalArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("kix build is not implemented yet")
+/// Where the build comes from: a flake (default `.`), a Nix file, or a path.
+/// Shared by the commands that build (`build`, `plan`, `deploy`).
+#[derive(Debug, Clone, Args)]
+pub struct SourceArgs {
+    /// Flake reference whose `kixClusters.<CLUSTER>` is built [default: .]
+    #[arg(long, value_name = "REF", conflicts_with_all = ["file", "path"])]
+    pub flake: Option<String>,
+
+    /// Nix file to build from instead of a flake (`nix build --file`).
+    #[arg(long, short = 'f', value_name = "FILE", conflicts_with = "path")]
+    pub file: Option<PathBuf>,
+
+    /// Attribute of --file to build [default: kixClusters.<CLUSTER>]
+    #[arg(long, short = 'A', value_name = "ATTR", requires = "file")]
+    pub attr: Option<String>,
+
+    /// A prebuilt store path (or ./result), or a directory holding a manifest
+    /// tree, which is added to the Nix store first. Nothing is built.
+    #[arg(long, value_name = "PATH")]
+    pub path: Option<PathBuf>,
+
+    /// Do not use the network: no substituters (`nix build --offline`).
+    #[arg(long, env = "KIX_OFFLINE")]
+    pub offline: bool,
+}
+
+impl SourceArgs {
+    /// The build source for `cluster`.
+    pub fn source(&self, cluster: &str) -> BuildSource {
+        if let Some(path) = &self.path {
+            BuildSource::Path(path.clone())
+        } else if let Some(file) = &self.file {
+            BuildSource::file(file.clone(), self.attr.clone(), cluster)
+        } else {
+            BuildSource::flake(self.flake.clone().unwrap_or_else(|| ".".into()), cluster)
+        }
+    }
+
+    /// Build options: Nix's progress goes to stderr unless `--quiet`.
+    pub fn options(&self, global: &GlobalArgs, extra_args: &[OsString]) -> BuildOptions {
+        BuildOptions {
+            show_progress: !global.quiet,
+            offline: self.offline,
+            extra_args: extra_args.to_vec(),
+        }
+    }
+
+    /// Builds (or resolves) the source and reads the manifest tree, checking
+    /// that it is the build of `cluster`. Runs Nix on a blocking thread.
+    pub async fn build_and_read(
+        &self,
+        cluster: &str,
+        global: &GlobalArgs,
+        extra_args: &[OsString],
+    ) -> anyhow::Result<(StorePath, Build)> {
+        let source = self.source(cluster);
+        let options = self.options(global, extra_args);
+        let cluster = cluster.to_owned();
+        let described = source.to_string();
+        tokio::task::spawn_blocking(move || kix_nix::build_and_read(&source, &cluster, &options))
+            .await
+            .context("the build task failed")?
+            .with_context(|| format!("building {described}"))
+    }
+}
+
+pub async fn exec(args: BuildArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
+    let (path, build) = args
+        .source
+        .build_and_read(&args.cluster, global, &args.nix_args)
+        .await?;
+    let summary = Summary::new(&path, &build);
+    let text = match args.output {
+        OutputFormat::Json => {
+            let mut text = serde_json::to_string_pretty(&summary)?;
+            text.push('\n');
+            text
+        }
+        OutputFormat::Text => summary.text(),
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `kix build` reports; `--output json` prints it as is.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Summary {
+    store_path: String,
+    cluster: String,
+    /// In dependency order.
+    packages: Vec<PackageSummary>,
+    /// Object counts per kind (`Deployment.apps`, `ConfigMap`).
+    kinds: BTreeMap<String, usize>,
+}
+
+#[derive(Debug, Serialize)]
+struct PackageSummary {
+    name: String,
+    version: String,
+    objects: usize,
+}
+
+impl Summary {
+    fn new(path: &StorePath, build: &Build) -> Self {
+        Summary {
+            store_path: path.to_string(),
+            cluster: build.cluster.clone(),
+            packages: build
+                .packages
+                .iter()
+                .map(|p| PackageSummary {
+                    name: p.name.clone(),
+                    version: p.version.clone(),
+                    objects: p.objects.len(),
+                })
+                .collect(),
+            kinds: build.summary().by_kind,
+        }
+    }
+
+    fn text(&self) -> String {
+        use std::fmt::Write as _;
+        let objects: usize = self.packages.iter().map(|p| p.objects).sum();
+        let mut out = String::new();
+        let _ = writeln!(out, "{}", self.store_path);
+        let _ = writeln!(
+            out,
+            "cluster {}: {} {}, {} {}",
+            self.cluster,
+            self.packages.len(),
+            plural(self.packages.len(), "package", "packages"),
+            objects,
+            plural(objects, "object", "objects"),
+        );
+        if !self.packages.is_empty() {
+            let _ = writeln!(out, "\npackages (in apply order):");
+            let name_width = self.packages.iter().map(|p| p.name.len()).max().unwrap_or(0);
+            let version_width = self
+                .packages
+                .iter()
+                .map(|p| p.version.len())
+                .max()
+                .unwrap_or(0);
+            for p in &self.packages {
+                let _ = writeln!(
+                    out,
+                    "  {:name_width$}  {:version_width$}  {} {}",
+                    p.name,
+                    p.version,
+                    p.objects,
+                    plural(p.objects, "object", "objects"),
+                );
+            }
+        }
+        if !self.kinds.is_empty() {
+            let _ = writeln!(out, "\nobjects by kind:");
+            let kind_width = self.kinds.keys().map(String::len).max().unwrap_or(0);
+            for (kind, count) in &self.kinds {
+                let _ = writeln!(out, "  {kind:kind_width$}  {count}");
+            }
+        }
+        out
+    }
+}
+
+fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 { one } else { many }
 }

@@ -1,0 +1,621 @@
+//! `Activation` (`activations.kix.run`): one deploy of one Kix cluster's build.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::labels::{LABEL_CLUSTER, LABEL_MANAGED_BY, MANAGED_BY_VALUE};
+use crate::object_ref::ObjectRef;
+
+/// What an activation deploys: the Kix cluster, the build's store path, the
+/// receipt of the deploy and the engine that applies it.
+// kube's structured printcolumn(...) repeats keys clippy reads as duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "kix.run",
+    version = "v1alpha1",
+    kind = "Activation",
+    plural = "activations",
+    singular = "activation",
+    shortname = "act",
+    category = "kix",
+    status = "ActivationStatus",
+    derive = "PartialEq",
+    doc = "A deploy of one Kix cluster's build: the Nix store path, the deploy receipt and the phase. Named <cluster>-<sequence>.",
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.cluster"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Path", type_ = "string", json_path = ".spec.source.path"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.message",
+        priority = 1
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ActivationSpec {
+    /// The Kix cluster this activation deploys. The kix.run/cluster label wins
+    /// when both are set.
+    pub cluster: String,
+    /// The build this activation deploys.
+    pub source: Source,
+    /// Who deployed what, from where, when, and with which plan.
+    pub receipt: Receipt,
+    /// Which engine applies this activation: `local` (the CLI) or `operator`
+    /// (the in-cluster operator, which also owns the record's finalizer).
+    pub engine: Engine,
+}
+
+/// The build an activation deploys.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Source {
+    /// The build's Nix store path (`/nix/store/<hash>-<name>`).
+    pub path: String,
+    /// The flake reference the build came from, when it came from a flake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flake: Option<String>,
+    /// The source revision (for example the git commit), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+}
+
+/// Who deployed what, from where, when, and with which plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Receipt {
+    /// The user who deployed.
+    pub user: String,
+    /// The host the deploy ran from.
+    pub host: String,
+    /// The kix version that planned the deploy.
+    pub kix_version: String,
+    /// When the deploy was recorded (RFC 3339).
+    #[schemars(schema_with = "crate::schema::date_time")]
+    pub time: DateTime<Utc>,
+    /// Digest of the plan the user confirmed.
+    pub plan_digest: String,
+    /// The plan's counts by action.
+    #[serde(default)]
+    pub counts: Counts,
+    /// Migrations, replaces and adoptions the user accepted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accepted_migrations: Vec<String>,
+    /// For a rollback: the activation whose build this one restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_from: Option<String>,
+}
+
+/// A plan's object counts by action.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::k8s_formats)]
+pub struct Counts {
+    #[serde(default)]
+    pub create: u32,
+    #[serde(default)]
+    pub update: u32,
+    #[serde(default)]
+    pub unchanged: u32,
+    #[serde(default)]
+    pub delete: u32,
+    #[serde(default)]
+    pub replace: u32,
+    #[serde(default)]
+    pub adopt: u32,
+}
+
+/// Which engine applies an activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// The CLI applied it (`kix deploy`).
+    Local,
+    /// The in-cluster operator applies it (`kix deploy --operator`).
+    Operator,
+}
+
+impl Engine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Local => "local",
+            Engine::Operator => "operator",
+        }
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How far an activation got: Pending → Applying → Active | Degraded | Failed,
+/// later Superseded.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::k8s_formats)]
+pub struct ActivationStatus {
+    /// Pending, Applying, Active, Degraded, Failed or Superseded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Human-readable detail for the phase (the error of a Failed activation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Conditions; `Ready` with a reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The metadata.generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Apply progress counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+    /// Drift found and corrected while the activation is Active.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<Drift>,
+    /// The objects prune is deleting, written before the first deletion so an
+    /// interrupted prune resumes with the same set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_prune: Vec<ObjectRef>,
+    /// Number of objects in the build.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objects: Option<u32>,
+    /// Objects that could not be deleted (by prune or by the finalizer), with
+    /// the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_deletions: Vec<FailedDeletion>,
+}
+
+/// The phase of an activation.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+pub enum Phase {
+    /// Recorded, not started.
+    Pending,
+    /// Being applied.
+    Applying,
+    /// Applied and healthy; the cluster's current activation.
+    Active,
+    /// Applied, but some objects failed or are not healthy.
+    Degraded,
+    /// The deploy failed.
+    Failed,
+    /// A newer activation of the same Kix cluster took over.
+    Superseded,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 6] = [
+        Phase::Pending,
+        Phase::Applying,
+        Phase::Active,
+        Phase::Degraded,
+        Phase::Failed,
+        Phase::Superseded,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Applying => "Applying",
+            Phase::Active => "Active",
+            Phase::Degraded => "Degraded",
+            Phase::Failed => "Failed",
+            Phase::Superseded => "Superseded",
+        }
+    }
+
+    /// The deploy is over: Active, Degraded, Failed or Superseded. A waiting
+    /// client stops at a terminal phase. (An Active record is still kept
+    /// applied by the operator; "terminal" is about the deploy.)
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, Phase::Pending | Phase::Applying)
+    }
+
+    /// The deploy finished with its objects applied: Active or Degraded.
+    pub fn is_applied(self) -> bool {
+        matches!(self, Phase::Active | Phase::Degraded)
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether a deploy in `phase` is over (see [`Phase::is_terminal`]).
+pub fn is_terminal(phase: Phase) -> bool {
+    phase.is_terminal()
+}
+
+/// Apply progress counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::k8s_formats)]
+pub struct Progress {
+    /// Objects in the plan.
+    #[serde(default)]
+    pub total: u32,
+    /// Objects applied so far.
+    #[serde(default)]
+    pub applied: u32,
+    /// Applied objects that are healthy.
+    #[serde(default)]
+    pub healthy: u32,
+    /// Objects pruned.
+    #[serde(default)]
+    pub pruned: u32,
+    /// Objects that failed to apply or became Degraded.
+    #[serde(default)]
+    pub failed: u32,
+}
+
+/// Drift counts of an Active activation.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::k8s_formats)]
+pub struct Drift {
+    /// Objects found drifted from the build (changed or deleted), in total.
+    #[serde(default)]
+    pub detected: u32,
+    /// Drifted objects re-applied, in total.
+    #[serde(default)]
+    pub corrected: u32,
+    /// When drift was last corrected (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::date_time")]
+    pub last_corrected: Option<DateTime<Utc>>,
+}
+
+/// An object that could not be deleted, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedDeletion {
+    /// The object.
+    pub object: ObjectRef,
+    /// Why it could not be deleted.
+    pub reason: String,
+}
+
+impl Activation {
+    /// The name of a Kix cluster's activation number `sequence`:
+    /// `<cluster>-<sequence>`.
+    pub fn name_for(cluster: &str, sequence: u64) -> String {
+        format!("{cluster}-{sequence}")
+    }
+
+    /// The sequence number of `name` if it is an activation name of `cluster`
+    /// (`"prod-eu-3"` gives 3 for cluster `prod-eu` and nothing for `prod`).
+    /// Only the exact form [`name_for`](Self::name_for) produces is accepted:
+    /// decimal digits without a sign or leading zeros.
+    pub fn sequence_in(name: &str, cluster: &str) -> Option<u64> {
+        let digits = name.strip_prefix(cluster)?.strip_prefix('-')?;
+        parse_sequence_digits(digits)
+    }
+
+    /// Splits an activation name into cluster and sequence at its last `-`
+    /// (`"prod-eu-3"` → `("prod-eu", 3)`). Prefer
+    /// [`sequence_in`](Self::sequence_in) when the cluster is known.
+    pub fn parse_name(name: &str) -> Option<(&str, u64)> {
+        let (cluster, digits) = name.rsplit_once('-')?;
+        if cluster.is_empty() {
+            return None;
+        }
+        Some((cluster, parse_sequence_digits(digits)?))
+    }
+
+    /// A new record: named `<spec.cluster>-<sequence>`, labelled with its
+    /// cluster and `app.kubernetes.io/managed-by: kix`, without status.
+    pub fn new_record(sequence: u64, spec: ActivationSpec) -> Self {
+        let labels = BTreeMap::from([
+            (LABEL_CLUSTER.to_owned(), spec.cluster.clone()),
+            (LABEL_MANAGED_BY.to_owned(), MANAGED_BY_VALUE.to_owned()),
+        ]);
+        let mut activation = Activation::new(&Self::name_for(&spec.cluster, sequence), spec);
+        activation.metadata = ObjectMeta {
+            labels: Some(labels),
+            ..activation.metadata
+        };
+        activation
+    }
+
+    /// The Kix cluster of this record: the `kix.run/cluster` label, or
+    /// `spec.cluster` when the label is missing or empty.
+    pub fn cluster_name(&self) -> &str {
+        self.metadata
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(LABEL_CLUSTER))
+            .map(String::as_str)
+            .filter(|cluster| !cluster.is_empty())
+            .unwrap_or(&self.spec.cluster)
+    }
+
+    /// This record's sequence number, if its name is `<cluster>-<n>` for its
+    /// [`cluster_name`](Self::cluster_name).
+    pub fn sequence(&self) -> Option<u64> {
+        Self::sequence_in(self.metadata.name.as_deref()?, self.cluster_name())
+    }
+
+    /// The recorded phase; `None` before anything wrote a status.
+    pub fn phase(&self) -> Option<Phase> {
+        self.status.as_ref().and_then(|status| status.phase)
+    }
+
+    /// The recorded phase, with a record without one counting as Pending.
+    pub fn phase_or_pending(&self) -> Phase {
+        self.phase().unwrap_or(Phase::Pending)
+    }
+
+    /// Whether this record's deploy is over (see [`Phase::is_terminal`]).
+    pub fn is_terminal(&self) -> bool {
+        self.phase().is_some_and(Phase::is_terminal)
+    }
+
+    /// The operator acts on this record (`spec.engine: operator`).
+    pub fn is_operator(&self) -> bool {
+        self.spec.engine == Engine::Operator
+    }
+}
+
+fn parse_sequence_digits(digits: &str) -> Option<u64> {
+    let well_formed = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    if well_formed {
+        digits.parse().ok()
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use serde_json::json;
+
+    pub(crate) fn spec(cluster: &str) -> ActivationSpec {
+        ActivationSpec {
+            cluster: cluster.to_owned(),
+            source: Source {
+                path: "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-kix-prod".to_owned(),
+                flake: Some("github:example/infra".to_owned()),
+                revision: None,
+            },
+            receipt: Receipt {
+                user: "alice".to_owned(),
+                host: "laptop".to_owned(),
+                kix_version: "0.1.0".to_owned(),
+                time: Utc
+                    .with_ymd_and_hms(2025, 1, 2, 3, 4, 5)
+                    .single()
+                    .unwrap_or_default(),
+                plan_digest: "sha256:abc".to_owned(),
+                counts: Counts {
+                    create: 3,
+                    ..Counts::default()
+                },
+                accepted_migrations: vec![],
+                rollback_from: None,
+            },
+            engine: Engine::Operator,
+        }
+    }
+
+    #[test]
+    fn name_round_trip() {
+        assert_eq!(Activation::name_for("prod", 7), "prod-7");
+        assert_eq!(Activation::sequence_in("prod-7", "prod"), Some(7));
+        assert_eq!(Activation::parse_name("prod-7"), Some(("prod", 7)));
+        for seq in [0, 1, 10, 12345, u64::MAX] {
+            let name = Activation::name_for("prod-eu", seq);
+            assert_eq!(Activation::sequence_in(&name, "prod-eu"), Some(seq));
+            assert_eq!(Activation::parse_name(&name), Some(("prod-eu", seq)));
+        }
+    }
+
+    #[test]
+    fn sequence_needs_the_exact_cluster_prefix() {
+        assert_eq!(Activation::sequence_in("prod-eu-3", "prod-eu"), Some(3));
+        assert_eq!(Activation::sequence_in("prod-eu-3", "prod"), None);
+        assert_eq!(Activation::sequence_in("production-3", "prod"), None);
+        assert_eq!(Activation::sequence_in("prod3", "prod"), None);
+        assert_eq!(Activation::sequence_in("infra-3", "prod"), None);
+    }
+
+    #[test]
+    fn malformed_sequences_are_rejected() {
+        for name in [
+            "prod", "prod-", "-3", "prod-x", "prod-03", "prod-+3", "prod--3", "prod-3a", "prod- 3",
+        ] {
+            let parsed = Activation::parse_name(name);
+            let in_prod = Activation::sequence_in(name, "prod");
+            assert!(
+                in_prod.is_none(),
+                "{name:?} parsed as prod sequence {in_prod:?}"
+            );
+            if name != "prod--3" {
+                assert!(parsed.is_none(), "{name:?} parsed as {parsed:?}");
+            }
+        }
+        // "prod--3" is activation 3 of a cluster named "prod-", never of "prod".
+        assert_eq!(Activation::parse_name("prod--3"), Some(("prod-", 3)));
+        assert_eq!(Activation::parse_name("prod-0"), Some(("prod", 0)));
+        assert_eq!(Activation::parse_name("prod-18446744073709551616"), None);
+    }
+
+    #[test]
+    fn new_record_names_and_labels() {
+        let act = Activation::new_record(4, spec("prod"));
+        assert_eq!(act.metadata.name.as_deref(), Some("prod-4"));
+        let labels = act.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels.get(LABEL_CLUSTER).map(String::as_str), Some("prod"));
+        assert_eq!(
+            labels.get(LABEL_MANAGED_BY).map(String::as_str),
+            Some("kix")
+        );
+        assert_eq!(act.cluster_name(), "prod");
+        assert_eq!(act.sequence(), Some(4));
+        assert_eq!(act.phase(), None);
+        assert_eq!(act.phase_or_pending(), Phase::Pending);
+        assert!(!act.is_terminal());
+        assert!(act.is_operator());
+    }
+
+    #[test]
+    fn cluster_label_wins_over_spec() {
+        let mut act = Activation::new("apps-2", spec("prod"));
+        assert_eq!(act.cluster_name(), "prod", "no labels: spec.cluster");
+        assert_eq!(act.sequence(), None, "apps-2 is not a prod name");
+
+        act.metadata.labels = Some(BTreeMap::from([(
+            LABEL_CLUSTER.to_owned(),
+            "apps".to_owned(),
+        )]));
+        assert_eq!(act.cluster_name(), "apps", "label wins");
+        assert_eq!(act.sequence(), Some(2));
+
+        act.metadata.labels = Some(BTreeMap::from([(LABEL_CLUSTER.to_owned(), String::new())]));
+        assert_eq!(act.cluster_name(), "prod", "empty label: spec.cluster");
+
+        act.metadata.labels = Some(BTreeMap::from([("other".to_owned(), "apps".to_owned())]));
+        assert_eq!(act.cluster_name(), "prod", "other labels: spec.cluster");
+    }
+
+    #[test]
+    fn phase_serde_round_trip() {
+        for phase in Phase::ALL {
+            let value = serde_json::to_value(phase).ok();
+            assert_eq!(value, Some(json!(phase.as_str())));
+            assert_eq!(phase.to_string(), phase.as_str());
+            let back: Option<Phase> = serde_json::from_value(json!(phase.as_str())).ok();
+            assert_eq!(back, Some(phase));
+        }
+        assert!(serde_json::from_value::<Phase>(json!("active")).is_err());
+    }
+
+    #[test]
+    fn terminal_phases() {
+        let terminal: Vec<Phase> = Phase::ALL.into_iter().filter(|p| is_terminal(*p)).collect();
+        assert_eq!(
+            terminal,
+            [
+                Phase::Active,
+                Phase::Degraded,
+                Phase::Failed,
+                Phase::Superseded
+            ]
+        );
+        let applied: Vec<Phase> = Phase::ALL.into_iter().filter(|p| p.is_applied()).collect();
+        assert_eq!(applied, [Phase::Active, Phase::Degraded]);
+
+        let mut act = Activation::new("prod-1", spec("prod"));
+        act.status = Some(ActivationStatus {
+            phase: Some(Phase::Failed),
+            ..ActivationStatus::default()
+        });
+        assert_eq!(act.phase(), Some(Phase::Failed));
+        assert!(act.is_terminal());
+    }
+
+    #[test]
+    fn engine_serde() {
+        assert_eq!(
+            serde_json::to_value(Engine::Local).ok(),
+            Some(json!("local"))
+        );
+        assert_eq!(
+            serde_json::to_value(Engine::Operator).ok(),
+            Some(json!("operator"))
+        );
+        assert!(serde_json::from_value::<Engine>(json!("Operator")).is_err());
+    }
+
+    #[test]
+    fn wire_format() {
+        let mut act = Activation::new_record(1, spec("prod"));
+        act.status = Some(ActivationStatus {
+            phase: Some(Phase::Active),
+            observed_generation: Some(1),
+            pending_prune: vec![ObjectRef::new("v1", "ConfigMap", Some("apps"), "old")],
+            failed_deletions: vec![FailedDeletion {
+                object: ObjectRef::new("v1", "Namespace", None::<String>, "apps"),
+                reason: "forbidden".to_owned(),
+            }],
+            drift: Some(Drift {
+                detected: 2,
+                corrected: 1,
+                last_corrected: Utc.with_ymd_and_hms(2025, 1, 2, 3, 4, 6).single(),
+            }),
+            ..ActivationStatus::default()
+        });
+        let value = serde_json::to_value(&act).unwrap_or_default();
+        assert_eq!(value["apiVersion"], "kix.run/v1alpha1");
+        assert_eq!(value["kind"], "Activation");
+        assert_eq!(
+            value["spec"],
+            json!({
+                "cluster": "prod",
+                "source": {
+                    "path": "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-kix-prod",
+                    "flake": "github:example/infra"
+                },
+                "receipt": {
+                    "user": "alice",
+                    "host": "laptop",
+                    "kixVersion": "0.1.0",
+                    "time": "2025-01-02T03:04:05Z",
+                    "planDigest": "sha256:abc",
+                    "counts": {"create": 3, "update": 0, "unchanged": 0, "delete": 0, "replace": 0, "adopt": 0}
+                },
+                "engine": "operator"
+            })
+        );
+        assert_eq!(
+            value["status"],
+            json!({
+                "phase": "Active",
+                "observedGeneration": 1,
+                "drift": {"detected": 2, "corrected": 1, "lastCorrected": "2025-01-02T03:04:06Z"},
+                "pendingPrune": [{"apiVersion": "v1", "kind": "ConfigMap", "namespace": "apps", "name": "old"}],
+                "failedDeletions": [{
+                    "object": {"apiVersion": "v1", "kind": "Namespace", "name": "apps"},
+                    "reason": "forbidden"
+                }]
+            })
+        );
+        let back: Activation = serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, act);
+    }
+
+    #[test]
+    fn minimal_receipt_deserializes() {
+        let receipt: Receipt = serde_json::from_value(json!({
+            "user": "ci", "host": "runner", "kixVersion": "0.1.0",
+            "time": "2025-01-02T03:04:05.123456789+02:00", "planDigest": "x"
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(receipt.counts, Counts::default());
+        assert!(receipt.accepted_migrations.is_empty());
+        assert_eq!(receipt.rollback_from, None);
+        assert_eq!(
+            receipt.time.to_rfc3339(),
+            "2025-01-02T01:04:05.123456789+00:00"
+        );
+    }
+}

@@ -1,0 +1,937 @@
+//! The format-1 manifest tree reader.
+//!
+//! ```text
+//! <root>/
+//!   kix.json                         {"format":1,"cluster":"prod","packages":["db","web"],"settings":{...}}
+//!   packages/<package>/package.json  {"name","version","dependsOn":[...],"namespace"?,"migrations":[...]}
+//!   packages/<package>/resources/**  *.json, *.yaml, *.yml
+//! ```
+//!
+//! * `kix.json`: `format` must be `1`. `packages` lists the package names
+//!   (strings; objects `{"name": "web"}` are accepted too, other fields of
+//!   such objects are ignored). `settings` holds `keep`, `maxAge`, `context`;
+//!   any other setting is kept in [`Settings::extra`].
+//! * Every listed package has a directory `packages/<name>/` with a
+//!   `package.json` whose `name` is the directory's name, and every directory
+//!   under `packages/` is listed. Other files in `packages/` are ignored.
+//! * Resources are the files below `packages/<name>/resources/` (at any depth)
+//!   whose names end in `.json`, `.yaml` or `.yml` (lower case); any other
+//!   file (`README.md`, `app.yaml.bak`) is ignored. A JSON file holds one
+//!   document; a YAML file may hold several (`---`). Empty and `null`
+//!   documents are skipped. A `kind: List` document is replaced by its
+//!   `items`, recursively.
+//! * YAML is read the way kubectl reads it (YAML 1.1 scalars as in
+//!   `sigs.k8s.io/yaml`): `yes`/`no`/`on`/`off`/`y`/`n` are booleans and
+//!   `0644` is octal (420). Quote strings that must stay strings. Duplicate
+//!   keys in a mapping are an error.
+//! * An object without `metadata.namespace` gets the package's `namespace`,
+//!   in its key and in its manifest, unless its kind is a well-known
+//!   cluster-scoped one ([`is_well_known_cluster_scoped`]). The reader cannot
+//!   know the scope of custom resources: the engine corrects those with API
+//!   discovery.
+//! * Symlinks anywhere in the tree must resolve inside
+//!   [`ReadOptions::store_dir`]; those are followed.
+//!
+//! The whole tree is checked before [`read_tree`] returns. When several
+//! things are wrong, the first one found is reported, always the same one for
+//! the same tree: the walk is in file-name order, and the checks run in this
+//! order: root, symlinks, `kix.json`, package directories, each package in
+//! name order (`package.json`, then its resource files in walk order, which
+//! also decides which file of a duplicate pair is "first"), dependencies,
+//! migrations.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::TreeError;
+use crate::kinds::{is_well_known_cluster_scoped, kind_rank};
+use crate::migration::{ActionKind, Migration};
+use crate::object::{Object, ObjectKey, ObjectKeyError, group_of};
+use crate::store_path::STORE_DIR;
+use crate::version::compare_versions;
+use crate::walk::{EntryKind, walk};
+
+/// The only format this reader knows.
+pub const FORMAT: u32 = 1;
+
+/// Limits and the store location for [`read_tree`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// The tree root and every symlink in it must resolve inside this
+    /// directory. Default `/nix/store`.
+    pub store_dir: PathBuf,
+    /// Largest file read (kix.json, package.json, resources). Default 16 MiB.
+    pub max_file_bytes: u64,
+    /// Largest object, measured as compact JSON. Default 1 MiB (etcd's
+    /// default request limit is 1.5 MiB).
+    pub max_object_bytes: usize,
+    /// Most objects in one build. Default 100,000.
+    pub max_objects: usize,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            store_dir: PathBuf::from(STORE_DIR),
+            max_file_bytes: 16 * 1024 * 1024,
+            max_object_bytes: 1024 * 1024,
+            max_objects: 100_000,
+        }
+    }
+}
+
+/// A build read from a manifest tree.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Build {
+    /// The tree root, canonicalized (a `./result` symlink becomes the store
+    /// path it points to).
+    pub root: PathBuf,
+    pub cluster: String,
+    pub format: u32,
+    pub settings: Settings,
+    /// In dependency order: every package after the packages it depends on,
+    /// ties broken by name.
+    pub packages: Vec<Package>,
+}
+
+/// The cluster's settings from `kix.json`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Settings {
+    /// How many Superseded activations to keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<u32>,
+    /// How long to keep Superseded activations (`"30d"`, `"12h"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<String>,
+    /// The default kubeconfig context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    /// Every other setting, as written.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
+}
+
+/// One package of a build.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Package {
+    pub name: String,
+    pub version: String,
+    pub depends_on: Vec<String>,
+    pub namespace: Option<String>,
+    pub migrations: Vec<Migration>,
+    /// Sorted by [`kind_rank`], then [`ObjectKey`].
+    pub objects: Vec<Object>,
+}
+
+/// Object counts of a build.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BuildSummary {
+    /// Keyed by [`ObjectKey::group_kind`] (`Deployment.apps`, `ConfigMap`).
+    pub by_kind: BTreeMap<String, usize>,
+    /// Keyed by package name.
+    pub by_package: BTreeMap<String, usize>,
+}
+
+impl Build {
+    /// All objects: packages in dependency order, each package's objects in
+    /// apply order.
+    pub fn objects(&self) -> impl Iterator<Item = &Object> {
+        self.packages.iter().flat_map(|p| p.objects.iter())
+    }
+
+    pub fn object_count(&self) -> usize {
+        self.packages.iter().map(|p| p.objects.len()).sum()
+    }
+
+    pub fn package(&self, name: &str) -> Option<&Package> {
+        self.packages.iter().find(|p| p.name == name)
+    }
+
+    pub fn summary(&self) -> BuildSummary {
+        let mut summary = BuildSummary::default();
+        for package in &self.packages {
+            summary
+                .by_package
+                .insert(package.name.clone(), package.objects.len());
+            for object in &package.objects {
+                *summary.by_kind.entry(object.key.group_kind()).or_default() += 1;
+            }
+        }
+        summary
+    }
+}
+
+// ---- file formats ----------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KixJson {
+    #[allow(dead_code)] // checked before this struct is parsed
+    format: Value,
+    cluster: String,
+    #[serde(default)]
+    packages: Vec<PackageEntry>,
+    #[serde(default)]
+    settings: Settings,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PackageEntry {
+    Name(String),
+    Object { name: String },
+}
+
+impl PackageEntry {
+    fn into_name(self) -> String {
+        match self {
+            PackageEntry::Name(name) | PackageEntry::Object { name } => name,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PackageJson {
+    name: String,
+    version: String,
+    #[serde(default)]
+    depends_on: Vec<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    migrations: Vec<Migration>,
+}
+
+// ---- the reader ------------------------------------------------------------
+
+/// Reads and checks the manifest tree at `root`. See the [module
+/// documentation](self) for the layout and the checks.
+pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError> {
+    // A store directory that does not exist contains nothing: every root is
+    // then outside it.
+    let store = std::fs::canonicalize(&options.store_dir)
+        .unwrap_or_else(|_| options.store_dir.clone());
+    let canonical_root = std::fs::canonicalize(root).map_err(|e| TreeError::Root {
+        root: root.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    if !canonical_root.is_dir() {
+        return Err(TreeError::Root {
+            root: root.to_path_buf(),
+            message: "not a directory".into(),
+        });
+    }
+    if !canonical_root.starts_with(&store) || canonical_root == store {
+        return Err(TreeError::RootOutsideStore {
+            root: root.to_path_buf(),
+            resolved: canonical_root,
+            store_dir: options.store_dir.clone(),
+        });
+    }
+
+    let entries = walk(&canonical_root, &store)?;
+    let reader = Reader {
+        root: &canonical_root,
+        options,
+    };
+
+    // kix.json
+    let kix_json_path = Path::new("kix.json");
+    match entries.iter().find(|e| e.rel == kix_json_path) {
+        None => return Err(TreeError::MissingKixJson),
+        Some(e) if e.kind != EntryKind::File => {
+            return Err(TreeError::NotAFile {
+                file: kix_json_path.into(),
+            });
+        }
+        Some(_) => {}
+    }
+    let kix = reader.read_kix_json(kix_json_path)?;
+    check_name(&kix.cluster, "cluster", kix_json_path)?;
+    let mut listed = BTreeSet::new();
+    for name in &kix.packages {
+        check_name(name, "package", kix_json_path)?;
+        if !listed.insert(name.as_str()) {
+            return Err(TreeError::DuplicatePackage { name: name.clone() });
+        }
+    }
+
+    // Sort the walk's entries into packages.
+    let mut dirs: BTreeMap<String, PackageFiles> = BTreeMap::new();
+    for entry in &entries {
+        let mut parts = entry.rel.components();
+        if parts.next() != Some(Component::Normal("packages".as_ref())) {
+            continue;
+        }
+        let Some(Component::Normal(name)) = parts.next() else {
+            continue;
+        };
+        let name = name.to_string_lossy().into_owned();
+        let rest: PathBuf = parts.collect();
+        if rest.as_os_str().is_empty() {
+            if entry.kind == EntryKind::Dir {
+                dirs.entry(name).or_default();
+            }
+            continue;
+        }
+        let Some(files) = dirs.get_mut(&name) else {
+            continue;
+        };
+        if rest == Path::new("package.json") {
+            files.package_json = Some(entry.kind);
+        } else if rest.starts_with("resources") && is_resource_file(&rest) {
+            if entry.kind != EntryKind::File {
+                // A directory named `x.yaml` is a directory, not a resource.
+                if entry.kind == EntryKind::Other {
+                    return Err(TreeError::NotAFile {
+                        file: entry.rel.clone(),
+                    });
+                }
+                continue;
+            }
+            files.resources.push(entry.rel.clone());
+        }
+    }
+    for name in &kix.packages {
+        if !dirs.contains_key(name) {
+            return Err(TreeError::MissingPackageDir {
+                package: name.clone(),
+            });
+        }
+    }
+    if let Some(name) = dirs.keys().find(|d| !listed.contains(d.as_str())) {
+        return Err(TreeError::UnlistedPackageDir {
+            package: name.clone(),
+        });
+    }
+
+    // Packages, in name order.
+    let mut objects = ObjectSet {
+        seen: HashMap::new(),
+        count: 0,
+    };
+    let mut packages = BTreeMap::new();
+    for (name, files) in dirs {
+        let package = reader.read_package(&name, &files, &mut objects)?;
+        packages.insert(name, package);
+    }
+
+    let order = dependency_order(&packages)?;
+    for package in packages.values_mut() {
+        check_migrations(package)?;
+    }
+    let packages = order
+        .iter()
+        .filter_map(|name| packages.remove(name))
+        .collect();
+
+    Ok(Build {
+        root: canonical_root,
+        cluster: kix.cluster,
+        format: FORMAT,
+        settings: kix.settings,
+        packages,
+    })
+}
+
+/// The files of one package directory.
+#[derive(Default)]
+struct PackageFiles {
+    package_json: Option<EntryKind>,
+    resources: Vec<PathBuf>,
+}
+
+/// What `kix.json` says, checked.
+struct KixInfo {
+    cluster: String,
+    packages: Vec<String>,
+    settings: Settings,
+}
+
+/// Objects read so far, across packages.
+struct ObjectSet {
+    /// Where each key was first defined: file and document number.
+    seen: HashMap<ObjectKey, (PathBuf, usize)>,
+    count: usize,
+}
+
+struct Reader<'a> {
+    root: &'a Path,
+    options: &'a ReadOptions,
+}
+
+impl Reader<'_> {
+    /// Reads a whole file, refusing files over the size limit.
+    fn read_file(&self, rel: &Path) -> Result<Vec<u8>, TreeError> {
+        let io_err = |e: io::Error| TreeError::Io {
+            path: rel.to_path_buf(),
+            message: e.to_string(),
+        };
+        let limit = self.options.max_file_bytes;
+        let file = File::open(self.root.join(rel)).map_err(io_err)?;
+        let size = file.metadata().map_err(io_err)?.len();
+        if size > limit {
+            return Err(TreeError::FileTooLarge {
+                file: rel.to_path_buf(),
+                size,
+                limit,
+            });
+        }
+        // `take` guards against a file that grows while being read.
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        file.take(limit.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(io_err)?;
+        if bytes.len() as u64 > limit {
+            return Err(TreeError::FileTooLarge {
+                file: rel.to_path_buf(),
+                size: bytes.len() as u64,
+                limit,
+            });
+        }
+        Ok(bytes)
+    }
+
+    fn read_kix_json(&self, rel: &Path) -> Result<KixInfo, TreeError> {
+        let bytes = self.read_file(rel)?;
+        let unparsable = |e: serde_json::Error| TreeError::Unparsable {
+            file: rel.to_path_buf(),
+            message: e.to_string(),
+        };
+        // The format first: a future format may change everything else.
+        let value: Value = serde_json::from_slice(&bytes).map_err(unparsable)?;
+        let Value::Object(map) = &value else {
+            return Err(TreeError::Unparsable {
+                file: rel.to_path_buf(),
+                message: format!("expected a JSON object, found {}", crate::object::json_type(&value)),
+            });
+        };
+        match map.get("format") {
+            Some(format) if format.as_u64() == Some(u64::from(FORMAT)) => {}
+            Some(other) => {
+                return Err(TreeError::UnknownFormat {
+                    found: other.to_string(),
+                });
+            }
+            None => {
+                return Err(TreeError::UnknownFormat {
+                    found: "(missing)".into(),
+                });
+            }
+        }
+        // Parse again as the struct, from the bytes, so that errors carry a
+        // line and column.
+        let kix: KixJson = serde_json::from_slice(&bytes).map_err(unparsable)?;
+        Ok(KixInfo {
+            cluster: kix.cluster,
+            packages: kix
+                .packages
+                .into_iter()
+                .map(PackageEntry::into_name)
+                .collect(),
+            settings: kix.settings,
+        })
+    }
+
+    fn read_package(
+        &self,
+        dir: &str,
+        files: &PackageFiles,
+        objects: &mut ObjectSet,
+    ) -> Result<Package, TreeError> {
+        let json_path = PathBuf::from(format!("packages/{dir}/package.json"));
+        match files.package_json {
+            None => {
+                return Err(TreeError::MissingPackageJson {
+                    package: dir.to_owned(),
+                });
+            }
+            Some(EntryKind::File) => {}
+            Some(_) => return Err(TreeError::NotAFile { file: json_path }),
+        }
+        let bytes = self.read_file(&json_path)?;
+        let meta: PackageJson =
+            serde_json::from_slice(&bytes).map_err(|e| TreeError::Unparsable {
+                file: json_path.clone(),
+                message: e.to_string(),
+            })?;
+        if meta.name != dir {
+            return Err(TreeError::PackageNameMismatch {
+                file: json_path,
+                dir: dir.to_owned(),
+                name: meta.name,
+            });
+        }
+        if let Some(ns) = &meta.namespace {
+            check_name(ns, "namespace", &json_path)?;
+        }
+
+        let mut package_objects = Vec::new();
+        for file in &files.resources {
+            self.read_resource_file(file, dir, meta.namespace.as_deref(), objects, &mut package_objects)?;
+        }
+        // Apply order inside the package; keys are unique, so this is total.
+        package_objects.sort_by(|a: &Object, b: &Object| {
+            kind_rank(&a.key.group, &a.key.kind)
+                .cmp(&kind_rank(&b.key.group, &b.key.kind))
+                .then_with(|| a.key.cmp(&b.key))
+        });
+
+        Ok(Package {
+            name: meta.name,
+            version: meta.version,
+            depends_on: meta.depends_on,
+            namespace: meta.namespace,
+            migrations: meta.migrations,
+            objects: package_objects,
+        })
+    }
+
+    /// Parses one resource file and adds its objects.
+    fn read_resource_file(
+        &self,
+        file: &Path,
+        package: &str,
+        namespace: Option<&str>,
+        objects: &mut ObjectSet,
+        out: &mut Vec<Object>,
+    ) -> Result<(), TreeError> {
+        let bytes = self.read_file(file)?;
+        let unparsable = |message: String| TreeError::Unparsable {
+            file: file.to_path_buf(),
+            message,
+        };
+        // (document number, line, value)
+        let documents: Vec<(usize, Option<usize>, Value)> =
+            if file.extension().is_some_and(|e| e == "json") {
+                let value: Value =
+                    serde_json::from_slice(&bytes).map_err(|e| unparsable(e.to_string()))?;
+                vec![(1, None, value)]
+            } else {
+                let text = std::str::from_utf8(&bytes)
+                    .map_err(|e| unparsable(format!("not UTF-8: {e}")))?;
+                let docs: Vec<serde_saphyr::Spanned<Value>> =
+                    serde_saphyr::from_multiple_with_options(text, yaml_options())
+                        .map_err(|e| unparsable(yaml_message(&e)))?;
+                docs.into_iter()
+                    .enumerate()
+                    .map(|(i, doc)| {
+                        let line = usize::try_from(doc.referenced.line()).ok().filter(|l| *l > 0);
+                        (i + 1, line, doc.value)
+                    })
+                    .collect()
+            };
+
+        let mut flat = Vec::new();
+        for (document, line, value) in documents {
+            let invalid = |items: Vec<usize>, error: ObjectKeyError| TreeError::InvalidObject {
+                file: file.to_path_buf(),
+                document,
+                line,
+                items,
+                error,
+            };
+            flat.clear();
+            flatten_lists(value, &mut Vec::new(), &mut flat)
+                .map_err(|(items, error)| invalid(items, error))?;
+            for (items, manifest) in flat.drain(..) {
+                let object = self
+                    .make_object(manifest, file, package, namespace)
+                    .map_err(|e| match e {
+                        MakeError::Key(error) => invalid(items.clone(), error),
+                        MakeError::TooLarge(key) => TreeError::ObjectTooLarge {
+                            file: file.to_path_buf(),
+                            document,
+                            line,
+                            items: items.clone(),
+                            key: Box::new(key),
+                            limit: self.options.max_object_bytes,
+                        },
+                    })?;
+                objects.count += 1;
+                if objects.count > self.options.max_objects {
+                    return Err(TreeError::TooManyObjects {
+                        file: file.to_path_buf(),
+                        limit: self.options.max_objects,
+                    });
+                }
+                if let Some((first, first_document)) = objects.seen.get(&object.key) {
+                    return Err(TreeError::DuplicateObject {
+                        key: Box::new(object.key),
+                        first: first.clone(),
+                        first_document: *first_document,
+                        second: file.to_path_buf(),
+                        second_document: document,
+                    });
+                }
+                objects
+                    .seen
+                    .insert(object.key.clone(), (file.to_path_buf(), document));
+                out.push(object);
+            }
+        }
+        Ok(())
+    }
+
+    /// Turns a manifest into an [`Object`]: key, namespace default, size.
+    fn make_object(
+        &self,
+        mut manifest: Value,
+        file: &Path,
+        package: &str,
+        namespace: Option<&str>,
+    ) -> Result<Object, MakeError> {
+        let mut key = ObjectKey::from_manifest(&manifest).map_err(MakeError::Key)?;
+        if key.namespace.is_none()
+            && let Some(ns) = namespace
+            && !is_well_known_cluster_scoped(&key.group, &key.kind)
+        {
+            key.namespace = Some(ns.to_owned());
+            // `from_manifest` checked that metadata is a mapping.
+            if let Some(Value::Object(metadata)) = manifest.get_mut("metadata") {
+                metadata.insert("namespace".into(), Value::from(ns));
+            }
+        }
+        if !fits_in(&manifest, self.options.max_object_bytes) {
+            return Err(MakeError::TooLarge(key));
+        }
+        let api_version = manifest
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        Ok(Object {
+            key,
+            api_version,
+            manifest,
+            source: file.to_path_buf(),
+            package: package.to_owned(),
+        })
+    }
+}
+
+enum MakeError {
+    Key(ObjectKeyError),
+    TooLarge(ObjectKey),
+}
+
+/// YAML options: what kubectl's YAML reader accepts.
+fn yaml_options() -> serde_saphyr::Options {
+    // Files are already limited in size; the budget only guards against
+    // alias expansion and pathological nesting. CRD schemas nest deeply.
+    let budget = serde_saphyr::budget! {
+        max_depth: 128,
+        max_documents: 100_000,
+        max_nodes: 20_000_000,
+        max_events: 40_000_000,
+    };
+    serde_saphyr::options! {
+        budget: budget,
+        // Messages are single lines naming the line and column; no snippets.
+        with_snippet: false,
+        // `mode: 0644` means 420, as in YAML 1.1 / sigs.k8s.io/yaml.
+        legacy_octal_numbers: true,
+    }
+}
+
+/// The parser's message, without advice meant for programmers.
+fn yaml_message(error: &serde_saphyr::Error) -> String {
+    error
+        .to_string()
+        .replace(", set DuplicateKeyPolicy in Options if acceptable", "")
+}
+
+/// Whether `file` (below `resources/`) is a resource by its name.
+fn is_resource_file(file: &Path) -> bool {
+    let Some(name) = file.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    [".json", ".yaml", ".yml"]
+        .iter()
+        .any(|ext| name.len() > ext.len() && name.ends_with(ext))
+}
+
+/// Replaces `kind: List` documents by their items (recursively), skipping
+/// null items. `items` is the index path of `value`; errors carry it.
+fn flatten_lists(
+    value: Value,
+    items: &mut Vec<usize>,
+    out: &mut Vec<(Vec<usize>, Value)>,
+) -> Result<(), (Vec<usize>, ObjectKeyError)> {
+    let is_list = value.get("kind").and_then(Value::as_str) == Some("List");
+    if !is_list {
+        if !value.is_null() {
+            out.push((items.clone(), value));
+        }
+        return Ok(());
+    }
+    let Value::Object(mut map) = value else {
+        return Ok(());
+    };
+    match map.remove("items") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Array(list)) => {
+            for (i, item) in list.into_iter().enumerate() {
+                items.push(i);
+                let result = flatten_lists(item, items, out);
+                items.pop();
+                result?;
+            }
+            Ok(())
+        }
+        Some(other) => Err((
+            items.clone(),
+            ObjectKeyError::WrongType {
+                field: "the items of a List",
+                expected: "an array",
+                found: crate::object::json_type(&other),
+            },
+        )),
+    }
+}
+
+/// Whether `value` serializes to at most `limit` bytes of compact JSON.
+/// Stops serializing as soon as the limit is passed.
+fn fits_in(value: &Value, limit: usize) -> bool {
+    struct Counter {
+        count: usize,
+        limit: usize,
+    }
+    impl Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.count += buf.len();
+            if self.count > self.limit {
+                return Err(io::Error::other("over the limit"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    serde_json::to_writer(&mut Counter { count: 0, limit }, value).is_ok()
+}
+
+/// Names kix uses as directory names, label values and API path segments:
+/// 1 to 253 characters of `A-Z a-z 0-9 . _ -`, starting with a letter or
+/// digit. (The Nix library is stricter: DNS labels.)
+fn check_name(name: &str, what: &'static str, file: &Path) -> Result<(), TreeError> {
+    let reason = if name.is_empty() {
+        Some("must not be empty")
+    } else if name.len() > 253 {
+        Some("must be at most 253 characters")
+    } else if !name
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+    {
+        Some("only A-Z a-z 0-9 . _ - are allowed")
+    } else if !name.as_bytes()[0].is_ascii_alphanumeric() {
+        Some("must start with a letter or digit")
+    } else {
+        None
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(TreeError::InvalidName {
+            file: file.to_path_buf(),
+            what,
+            name: name.to_owned(),
+            reason,
+        }),
+    }
+}
+
+/// Package names in dependency order (dependencies first, ties by name).
+fn dependency_order(packages: &BTreeMap<String, Package>) -> Result<Vec<String>, TreeError> {
+    // Missing dependencies first, in package and then `dependsOn` order.
+    for package in packages.values() {
+        if let Some(dep) = package
+            .depends_on
+            .iter()
+            .find(|d| !packages.contains_key(d.as_str()))
+        {
+            return Err(TreeError::DependencyNotFound {
+                package: package.name.clone(),
+                dependency: dep.clone(),
+            });
+        }
+    }
+
+    // Kahn's algorithm, always taking the smallest ready name.
+    let deps: BTreeMap<&str, BTreeSet<&str>> = packages
+        .values()
+        .map(|p| {
+            let set = p.depends_on.iter().map(String::as_str).collect();
+            (p.name.as_str(), set)
+        })
+        .collect();
+    let mut remaining_deps: BTreeMap<&str, usize> =
+        deps.iter().map(|(name, d)| (*name, d.len())).collect();
+    let mut dependents: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (name, d) in &deps {
+        for dep in d {
+            dependents.entry(dep).or_default().push(name);
+        }
+    }
+    let mut ready: BTreeSet<&str> = remaining_deps
+        .iter()
+        .filter(|(_, n)| **n == 0)
+        .map(|(name, _)| *name)
+        .collect();
+    let mut order = Vec::with_capacity(packages.len());
+    while let Some(name) = ready.pop_first() {
+        order.push(name.to_owned());
+        for dependent in dependents.get(name).into_iter().flatten() {
+            if let Some(n) = remaining_deps.get_mut(dependent) {
+                *n -= 1;
+                if *n == 0 {
+                    ready.insert(dependent);
+                }
+            }
+        }
+    }
+    if order.len() == packages.len() {
+        return Ok(order);
+    }
+
+    // Every package left depends on another package left: follow the
+    // smallest such dependency until a package repeats.
+    let done: BTreeSet<&str> = order.iter().map(String::as_str).collect();
+    let left = |name: &&str| !done.contains(*name);
+    let mut path: Vec<&str> = Vec::new();
+    let mut current = deps.keys().copied().find(left).unwrap_or_default();
+    let cycle = loop {
+        if let Some(start) = path.iter().position(|p| *p == current) {
+            break path.split_off(start);
+        }
+        path.push(current);
+        current = deps
+            .get(current)
+            .and_then(|d| d.iter().copied().find(left))
+            .unwrap_or_default();
+    };
+    // Start the report at the smallest name, so it does not depend on where
+    // the walk entered the cycle.
+    let smallest = cycle
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, name)| **name)
+        .map_or(0, |(i, _)| i);
+    let cycle = cycle[smallest..]
+        .iter()
+        .chain(&cycle[..smallest])
+        .map(|s| (*s).to_owned())
+        .collect();
+    Err(TreeError::DependencyCycle { cycle })
+}
+
+/// Checks a package's migrations (ranges, overlaps, object references) and
+/// resolves `recreate`/`adopt` references to the objects they name.
+fn check_migrations(package: &mut Package) -> Result<(), TreeError> {
+    use std::cmp::Ordering::Less;
+
+    for (i, m) in package.migrations.iter().enumerate() {
+        if compare_versions(&m.from, &m.to) != Less {
+            return Err(TreeError::InvalidMigrationRange {
+                package: package.name.clone(),
+                from: m.from.clone(),
+                to: m.to.clone(),
+            });
+        }
+        // Half-open ranges [from, to): 1->2 and 2->3 chain, they do not overlap.
+        for earlier in &package.migrations[..i] {
+            let overlap = compare_versions(&earlier.from, &m.to) == Less
+                && compare_versions(&m.from, &earlier.to) == Less;
+            if overlap {
+                return Err(TreeError::OverlappingMigrations {
+                    package: package.name.clone(),
+                    first: (earlier.from.clone(), earlier.to.clone()),
+                    second: (m.from.clone(), m.to.clone()),
+                });
+            }
+        }
+    }
+
+    let Package {
+        name,
+        namespace,
+        migrations,
+        objects,
+        ..
+    } = package;
+    for m in migrations.iter_mut() {
+        for action in &mut m.actions {
+            if action.action == ActionKind::Delete {
+                continue;
+            }
+            let r = &action.object;
+            let found = objects.iter().find(|o| {
+                o.key.kind == r.kind
+                    && o.key.name == r.name
+                    && r.api_version
+                        .as_deref()
+                        .is_none_or(|v| group_of(v) == Some(o.key.group.as_str()))
+                    && match &r.namespace {
+                        Some(ns) => o.key.namespace.as_ref() == Some(ns),
+                        None => o.key.namespace.is_none() || o.key.namespace == *namespace,
+                    }
+            });
+            let Some(object) = found else {
+                return Err(TreeError::UnknownMigrationObject {
+                    package: name.clone(),
+                    from: m.from.clone(),
+                    to: m.to.clone(),
+                    action: action.action,
+                    object: Box::new(action.object.clone()),
+                });
+            };
+            action.object.api_version = Some(object.api_version.clone());
+            action.object.namespace = object.key.namespace.clone();
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_file_names() {
+        for yes in ["a.json", "a.yaml", "a.yml", "x/y/.z.yaml", "a.b.yaml"] {
+            assert!(is_resource_file(Path::new(yes)), "{yes}");
+        }
+        for no in ["a.yaml.bak", "a.YAML", "README.md", ".yaml", "a.jsonl", "a.yaml~", "ayaml"] {
+            assert!(!is_resource_file(Path::new(no)), "{no}");
+        }
+    }
+
+    #[test]
+    fn names() {
+        let f = Path::new("kix.json");
+        for ok in ["prod", "a", "web-1", "A.b_c", &"x".repeat(253)] {
+            assert_eq!(check_name(ok, "package", f), Ok(()), "{ok}");
+        }
+        for bad in ["", "-a", ".a", "..", "a/b", "a b", "é", &"x".repeat(254)] {
+            assert!(check_name(bad, "package", f).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn fits_in_counts_compact_json() {
+        let v = serde_json::json!({"a": [1, 2], "b": "c"});
+        let len = serde_json::to_vec(&v).expect("json").len();
+        assert!(fits_in(&v, len));
+        assert!(!fits_in(&v, len - 1));
+    }
+}

@@ -1,0 +1,330 @@
+//! `read_tree` cases that need a tree made at run time: limits, file types
+//! git cannot store, the root and the store directory.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use kix_manifest::{ObjectKey, ReadOptions, TreeError, read_tree};
+
+/// A temporary "store" with one build in it.
+struct Store {
+    dir: tempfile::TempDir,
+}
+
+impl Store {
+    fn new() -> Store {
+        Store {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().canonicalize().expect("canonical tempdir")
+    }
+
+    fn build(&self) -> PathBuf {
+        self.path().join("build")
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        let path = self.build().join(rel);
+        fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        fs::write(path, text).expect("write");
+    }
+
+    /// A build with package `app` (namespace `app`).
+    fn with_app() -> Store {
+        let store = Store::new();
+        store.write(
+            "kix.json",
+            r#"{"format":1,"cluster":"test","packages":["app"]}"#,
+        );
+        store.write(
+            "packages/app/package.json",
+            r#"{"name":"app","version":"1","namespace":"app"}"#,
+        );
+        store
+    }
+
+    fn options(&self) -> ReadOptions {
+        ReadOptions {
+            store_dir: self.path(),
+            ..ReadOptions::default()
+        }
+    }
+
+    fn read(&self) -> Result<kix_manifest::Build, TreeError> {
+        read_tree(&self.build(), &self.options())
+    }
+}
+
+fn config_maps(names: impl IntoIterator<Item = usize>) -> String {
+    names
+        .into_iter()
+        .map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\n---\n"))
+        .collect()
+}
+
+#[test]
+fn reads_a_small_build() {
+    let store = Store::with_app();
+    store.write("packages/app/resources/cms.yaml", &config_maps(0..3));
+    let build = store.read().expect("reads");
+    assert_eq!(build.root, store.build());
+    assert_eq!(build.cluster, "test");
+    assert_eq!(build.object_count(), 3);
+    let names: Vec<&str> = build.objects().map(|o| o.key.name.as_str()).collect();
+    assert_eq!(names, ["cm-0", "cm-1", "cm-2"]);
+    let object = build.objects().next().expect("one object");
+    assert_eq!(object.package, "app");
+    assert_eq!(object.api_version, "v1");
+    assert_eq!(object.source, Path::new("packages/app/resources/cms.yaml"));
+    // The package namespace is filled into the manifest too.
+    assert_eq!(object.manifest["metadata"]["namespace"], "app");
+    assert_eq!(object.digest().len(), 64);
+    assert_eq!(build.summary().by_kind["ConfigMap"], 3);
+    assert_eq!(build.summary().by_package["app"], 3);
+    assert_eq!(build.package("app").map(|p| p.version.as_str()), Some("1"));
+}
+
+#[test]
+fn file_over_the_size_limit() {
+    let store = Store::with_app();
+    let text = config_maps(0..10);
+    store.write("packages/app/resources/cms.yaml", &text);
+    let options = ReadOptions {
+        max_file_bytes: 100,
+        ..store.options()
+    };
+    // kix.json and package.json are under 100 bytes; the resource file is not.
+    assert_eq!(
+        read_tree(&store.build(), &options),
+        Err(TreeError::FileTooLarge {
+            file: "packages/app/resources/cms.yaml".into(),
+            size: text.len() as u64,
+            limit: 100,
+        })
+    );
+    let message = read_tree(&store.build(), &options)
+        .expect_err("too large")
+        .to_string();
+    assert_eq!(
+        message,
+        format!(
+            "packages/app/resources/cms.yaml: {} bytes, more than the limit of 100 bytes per file",
+            text.len()
+        )
+    );
+}
+
+#[test]
+fn object_over_the_size_limit() {
+    let store = Store::with_app();
+    let big = "x".repeat(300);
+    store.write(
+        "packages/app/resources/cms.yaml",
+        &format!("{}apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  x: {big}\n", config_maps(0..2)),
+    );
+    let options = ReadOptions {
+        max_object_bytes: 200,
+        ..store.options()
+    };
+    let err = read_tree(&store.build(), &options).expect_err("too large");
+    assert_eq!(
+        err,
+        TreeError::ObjectTooLarge {
+            file: "packages/app/resources/cms.yaml".into(),
+            document: 3,
+            line: Some(11),
+            items: vec![],
+            key: Box::new(ObjectKey {
+                group: String::new(),
+                kind: "ConfigMap".into(),
+                namespace: Some("app".into()),
+                name: "big".into(),
+            }),
+            limit: 200,
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "packages/app/resources/cms.yaml: document 3 (line 11): object ConfigMap app/big is more than 200 bytes as JSON"
+    );
+    // The limit counts compact JSON: a limit of exactly the size passes.
+    let options = ReadOptions {
+        max_object_bytes: 1000,
+        ..store.options()
+    };
+    assert!(read_tree(&store.build(), &options).is_ok());
+}
+
+#[test]
+fn too_many_objects() {
+    let store = Store::with_app();
+    store.write("packages/app/resources/a.yaml", &config_maps(0..3));
+    store.write("packages/app/resources/b.yaml", &config_maps(3..6));
+    let options = ReadOptions {
+        max_objects: 4,
+        ..store.options()
+    };
+    let err = read_tree(&store.build(), &options).expect_err("too many");
+    assert_eq!(
+        err,
+        TreeError::TooManyObjects {
+            file: "packages/app/resources/b.yaml".into(),
+            limit: 4
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "packages/app/resources/b.yaml: the build has more than 4 objects"
+    );
+    let options = ReadOptions {
+        max_objects: 6,
+        ..store.options()
+    };
+    assert_eq!(
+        read_tree(&store.build(), &options).map(|b| b.object_count()),
+        Ok(6)
+    );
+}
+
+#[test]
+fn resource_that_is_not_a_regular_file() {
+    let store = Store::with_app();
+    let fifo = store.build().join("packages/app/resources/pipe.yaml");
+    fs::create_dir_all(fifo.parent().expect("parent")).expect("mkdir");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(status.success());
+    // Reading a FIFO would block forever; the reader refuses it instead.
+    assert_eq!(
+        store.read(),
+        Err(TreeError::NotAFile {
+            file: "packages/app/resources/pipe.yaml".into()
+        })
+    );
+    // A directory named like a resource is just a directory.
+    fs::remove_file(&fifo).expect("rm fifo");
+    store.write("packages/app/resources/dir.yaml/cm.json", r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#);
+    assert_eq!(store.read().map(|b| b.object_count()), Ok(1));
+}
+
+#[test]
+fn root_outside_the_store() {
+    let store = Store::with_app();
+    let elsewhere = Store::new();
+    let options = ReadOptions {
+        store_dir: elsewhere.path(),
+        ..ReadOptions::default()
+    };
+    assert_eq!(
+        read_tree(&store.build(), &options),
+        Err(TreeError::RootOutsideStore {
+            root: store.build(),
+            resolved: store.build(),
+            store_dir: elsewhere.path(),
+        })
+    );
+    // The store directory itself is not a build.
+    let options = store.options();
+    assert!(matches!(
+        read_tree(&store.path(), &options),
+        Err(TreeError::RootOutsideStore { .. })
+    ));
+    // Nor is anything under a store directory that does not exist.
+    let options = ReadOptions {
+        store_dir: "/does/not/exist".into(),
+        ..ReadOptions::default()
+    };
+    assert!(matches!(
+        read_tree(&store.build(), &options),
+        Err(TreeError::RootOutsideStore { .. })
+    ));
+    // The default store is /nix/store.
+    assert_eq!(ReadOptions::default().store_dir, Path::new("/nix/store"));
+}
+
+#[test]
+fn root_errors() {
+    let store = Store::with_app();
+    let missing = store.path().join("missing");
+    let err = read_tree(&missing, &store.options()).expect_err("missing");
+    assert!(matches!(&err, TreeError::Root { root, .. } if *root == missing), "{err}");
+    let file = store.build().join("kix.json");
+    assert_eq!(
+        read_tree(&file, &store.options()),
+        Err(TreeError::Root {
+            root: file.clone(),
+            message: "not a directory".into()
+        })
+    );
+}
+
+#[test]
+fn root_through_a_symlink_is_canonicalized() {
+    // `kix deploy --path ./result`: the root is a symlink into the store.
+    let store = Store::with_app();
+    store.write("packages/app/resources/cms.yaml", &config_maps(0..1));
+    let outside = tempfile::tempdir().expect("tempdir");
+    let result = outside.path().join("result");
+    std::os::unix::fs::symlink(store.build(), &result).expect("symlink");
+    let build = read_tree(&result, &store.options()).expect("reads");
+    assert_eq!(build.root, store.build());
+    assert_eq!(build.object_count(), 1);
+}
+
+#[test]
+fn symlinks_into_other_store_paths_are_followed() {
+    // Nix trees link into other store paths (symlinkJoin): allowed.
+    let store = Store::with_app();
+    let other = store.path().join("other-store-path");
+    fs::create_dir_all(other.join("manifests")).expect("mkdir");
+    fs::write(other.join("manifests/cm.yaml"), config_maps(0..2)).expect("write");
+    fs::write(other.join("single.json"), r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"}}"#)
+        .expect("write");
+    fs::create_dir_all(store.build().join("packages/app/resources")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        other.join("manifests"),
+        store.build().join("packages/app/resources/linked"),
+    )
+    .expect("symlink");
+    std::os::unix::fs::symlink(
+        other.join("single.json"),
+        store.build().join("packages/app/resources/single.json"),
+    )
+    .expect("symlink");
+    let build = store.read().expect("reads");
+    let sources: Vec<String> = build
+        .objects()
+        .map(|o| format!("{} {}", o.key, o.source.display()))
+        .collect();
+    assert_eq!(
+        sources,
+        [
+            "ConfigMap app/cm-0 packages/app/resources/linked/cm.yaml",
+            "ConfigMap app/cm-1 packages/app/resources/linked/cm.yaml",
+            "Secret app/s packages/app/resources/single.json",
+        ]
+    );
+}
+
+#[test]
+fn package_directories_may_be_symlinks() {
+    let store = Store::new();
+    store.write("kix.json", r#"{"format":1,"cluster":"test","packages":["app"]}"#);
+    let pkg = store.path().join("pkg-app");
+    fs::create_dir_all(pkg.join("resources")).expect("mkdir");
+    fs::write(pkg.join("package.json"), r#"{"name":"app","version":"1"}"#).expect("write");
+    fs::write(pkg.join("resources/cm.yaml"), config_maps(0..1)).expect("write");
+    fs::create_dir_all(store.build().join("packages")).expect("mkdir");
+    std::os::unix::fs::symlink(&pkg, store.build().join("packages/app")).expect("symlink");
+    let build = store.read().expect("reads");
+    assert_eq!(build.object_count(), 1);
+    assert_eq!(
+        build.objects().next().map(|o| o.source.clone()),
+        Some(PathBuf::from("packages/app/resources/cm.yaml"))
+    );
+}

@@ -1,0 +1,206 @@
+//! Nix GC roots that keep every store path an Activation names alive until
+//! that Activation is retired.
+//!
+//! A root is the symlink `<dir>/<cluster>/<activation>` -> the store path,
+//! made by `nix-store --add-root <link> --indirect --realise <path>`. Nix
+//! registers it in `/nix/var/nix/gcroots/auto/`, so the link keeps the path
+//! alive wherever `<dir>` is (the default, `/nix/var/nix/gcroots/kix`, is
+//! inside the GC roots tree and is a root by itself as well). Removing the
+//! link drops the root; the dangling `auto/` entry is cleaned up by Nix's
+//! next collection.
+
+use std::path::{Path, PathBuf};
+
+use kix_manifest::StorePath;
+
+use crate::NixError;
+use crate::command::{NIX_STORE, NixCommand};
+
+/// Where kix keeps its roots unless told otherwise.
+pub const DEFAULT_GCROOTS_DIR: &str = "/nix/var/nix/gcroots/kix";
+
+/// Environment variable that overrides [`DEFAULT_GCROOTS_DIR`].
+pub const GCROOTS_DIR_ENV: &str = "KIX_GCROOTS_DIR";
+
+/// One root: the activation it belongs to and the store path it keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GcRoot {
+    pub cluster: String,
+    pub activation: String,
+    /// The symlink.
+    pub link: PathBuf,
+    /// Where it points (normally a store path).
+    pub target: PathBuf,
+}
+
+/// The GC roots directory of kix: `<dir>/<cluster>/<activation>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GcRoots {
+    dir: PathBuf,
+}
+
+impl Default for GcRoots {
+    /// `$KIX_GCROOTS_DIR`, else `/nix/var/nix/gcroots/kix`.
+    fn default() -> Self {
+        Self::from_env()
+    }
+}
+
+impl GcRoots {
+    /// Roots under `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        GcRoots { dir: dir.into() }
+    }
+
+    /// `$KIX_GCROOTS_DIR` when set and not empty, else the default.
+    pub fn from_env() -> Self {
+        match std::env::var_os(GCROOTS_DIR_ENV) {
+            Some(dir) if !dir.is_empty() => Self::new(dir),
+            _ => Self::new(DEFAULT_GCROOTS_DIR),
+        }
+    }
+
+    /// `dir` when given, else [`GcRoots::from_env`].
+    pub fn with_dir(dir: Option<PathBuf>) -> Self {
+        dir.map_or_else(Self::from_env, Self::new)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The link path of a root.
+    pub fn link(&self, cluster: &str, activation: &str) -> Result<PathBuf, NixError> {
+        check_name(cluster)?;
+        check_name(activation)?;
+        Ok(self.dir.join(cluster).join(activation))
+    }
+
+    /// Makes `path` a GC root for `<cluster>/<activation>` (realising it if
+    /// needed). Idempotent; replaces a root of the same name that points at
+    /// another store path. Returns the link.
+    pub fn add(
+        &self,
+        cluster: &str,
+        activation: &str,
+        path: &StorePath,
+    ) -> Result<PathBuf, NixError> {
+        let link = self.link(cluster, activation)?;
+        let parent = self.dir.join(cluster);
+        std::fs::create_dir_all(&parent).map_err(|source| NixError::Io {
+            path: parent.clone(),
+            source,
+        })?;
+        NixCommand::new(NIX_STORE)
+            .arg("--add-root")
+            .arg(&link)
+            .arg("--indirect")
+            .arg("--realise")
+            .arg(path.as_str())
+            .run(false)?;
+        tracing::info!(link = %link.display(), path = %path, "added GC root");
+        Ok(link)
+    }
+
+    /// Drops the root of `<cluster>/<activation>`. Returns whether there was
+    /// one. The cluster's directory goes too once it is empty.
+    pub fn remove(&self, cluster: &str, activation: &str) -> Result<bool, NixError> {
+        let link = self.link(cluster, activation)?;
+        match std::fs::symlink_metadata(&link) {
+            Ok(meta) if meta.file_type().is_symlink() => {}
+            Ok(_) => {
+                return Err(NixError::Io {
+                    path: link,
+                    source: std::io::Error::other("not a symlink; refusing to remove it"),
+                });
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(source) => return Err(NixError::Io { path: link, source }),
+        }
+        std::fs::remove_file(&link).map_err(|source| NixError::Io {
+            path: link.clone(),
+            source,
+        })?;
+        tracing::info!(link = %link.display(), "removed GC root");
+        // Only succeeds when empty, which is the point.
+        let _ = std::fs::remove_dir(self.dir.join(cluster));
+        Ok(true)
+    }
+
+    /// The roots of `cluster`, sorted by activation name. A cluster without
+    /// roots gives an empty list.
+    pub fn list(&self, cluster: &str) -> Result<Vec<GcRoot>, NixError> {
+        check_name(cluster)?;
+        let dir = self.dir.join(cluster);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(NixError::Io { path: dir, source }),
+        };
+        let mut roots = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| NixError::Io {
+                path: dir.clone(),
+                source,
+            })?;
+            let link = entry.path();
+            let Ok(target) = std::fs::read_link(&link) else {
+                continue; // not a symlink: not ours
+            };
+            roots.push(GcRoot {
+                cluster: cluster.to_owned(),
+                activation: entry.file_name().to_string_lossy().into_owned(),
+                link,
+                target,
+            });
+        }
+        roots.sort_by(|a, b| a.activation.cmp(&b.activation));
+        Ok(roots)
+    }
+}
+
+/// A cluster or activation name must be one plain file name.
+fn check_name(name: &str) -> Result<(), NixError> {
+    let reason = if name.is_empty() {
+        Some("empty")
+    } else if name == "." || name == ".." {
+        Some("'.' and '..' are not names")
+    } else if name.contains('/') {
+        Some("contains '/'")
+    } else if name.chars().any(|c| c.is_control()) {
+        Some("contains control characters")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(NixError::InvalidRootName {
+            name: name.to_owned(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_names_that_are_not_file_names() {
+        let roots = GcRoots::new("/tmp/kix-roots");
+        for bad in ["", ".", "..", "a/b", "x\ny"] {
+            assert!(roots.link("prod", bad).is_err(), "{bad:?}");
+            assert!(roots.link(bad, "prod-1").is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            roots.link("prod", "prod-7").expect("valid"),
+            PathBuf::from("/tmp/kix-roots/prod/prod-7")
+        );
+    }
+
+    #[test]
+    fn explicit_dir_wins() {
+        let roots = GcRoots::with_dir(Some(PathBuf::from("/x/y")));
+        assert_eq!(roots.dir(), Path::new("/x/y"));
+    }
+}

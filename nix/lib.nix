@@ -1,0 +1,598 @@
+# The kix Nix library.
+#
+#   kix.lib.mkCluster { pkgs, name, packages, settings ? {} }
+#
+# returns a derivation whose output is a format-1 manifest tree:
+#
+#   kix.json                                  {"format":1,"cluster":name,"packages":[...],"settings":{...}}
+#   packages/<package>/package.json           {"name","version","dependsOn","namespace"?,"migrations"}
+#   packages/<package>/resources/NNN-<kind>-<name>.json    one per Nix attrset in `resources`
+#   packages/<package>/resources/manifests/NNN-<basename>  each of `manifests` (file or directory)
+#
+# `packages` is an attrset of package declarations (the primary form):
+#
+#   packages.web = {
+#     version = "1.2.0";          # required, non-empty string
+#     dependsOn = [ "db" ];       # names of other packages of this cluster
+#     namespace = "web";          # optional default namespace (null: none)
+#     resources = [ { apiVersion = "v1"; kind = "ConfigMap"; metadata.name = "web"; } ];
+#     manifests = [ ./web.yaml helmOutput ];  # YAML/JSON files or directories
+#     migrations = [ { from = "1.1.0"; to = "1.2.0"; description = "..."; actions = [ ... ]; } ];
+#   };
+#
+# A list of declarations that each carry a `name` is accepted too
+# (`packages = [ { name = "web"; version = "1"; } ]`); there two entries with
+# the same name are an error. In the attrset form a `name` attribute, if given,
+# must equal the attribute name.
+#
+# `settings`: `keep` (int >= 0, Superseded activations to keep), `maxAge`
+# (string such as "30d", "12h", "1d12h"; units s m h d w), `context` (default
+# kubeconfig context). Null values are dropped; unknown settings pass through
+# to kix.json unchanged.
+#
+# The only thing taken from `pkgs` is `pkgs.runCommand name env script`, so the
+# library works with nixpkgs or with a plain host-tools builder (see
+# nix/tests/host-tools.nix). The build script uses mkdir and cp only; file
+# contents reach the builder through `passAsFile`, which Nix itself handles.
+#
+# Invalid input fails evaluation with a `throw` naming the cluster, the
+# package and the resource.
+let
+  inherit (builtins)
+    all
+    attrNames
+    concatMap
+    concatStringsSep
+    elem
+    elemAt
+    filter
+    genList
+    head
+    isAttrs
+    isInt
+    isList
+    isPath
+    isString
+    length
+    listToAttrs
+    match
+    replaceStrings
+    seq
+    stringLength
+    substring
+    toJSON
+    typeOf
+    ;
+
+  format = 1;
+
+  packageAttrs = [
+    "name"
+    "version"
+    "dependsOn"
+    "namespace"
+    "resources"
+    "manifests"
+    "migrations"
+  ];
+
+  migrationAttrs = [
+    "from"
+    "to"
+    "description"
+    "actions"
+  ];
+
+  actionKinds = [
+    "recreate"
+    "delete"
+    "adopt"
+  ];
+
+  objectRefAttrs = [
+    "apiVersion"
+    "kind"
+    "namespace"
+    "name"
+  ];
+
+  # ---- small helpers (no nixpkgs) --------------------------------------
+
+  quote = toJSON;
+  quoteList = xs: concatStringsSep ", " (map quote xs);
+
+  flatten = xs: concatMap (x: if isList x then flatten x else [ x ]) xs;
+
+  imap0 = f: xs: genList (i: f i (elemAt xs i)) (length xs);
+
+  padTo =
+    width: s:
+    if stringLength s >= width then s else padTo width ("0" + s);
+
+  index = width: i: padTo width (toString i);
+
+  toLower = replaceStrings [
+    "A" "B" "C" "D" "E" "F" "G" "H" "I" "J" "K" "L" "M"
+    "N" "O" "P" "Q" "R" "S" "T" "U" "V" "W" "X" "Y" "Z"
+  ] [
+    "a" "b" "c" "d" "e" "f" "g" "h" "i" "j" "k" "l" "m"
+    "n" "o" "p" "q" "r" "s" "t" "u" "v" "w" "x" "y" "z"
+  ];
+
+  # Keeps [A-Za-z0-9._-]; anything else becomes "_". Never starts with ".".
+  sanitize =
+    s:
+    let
+      out = concatStringsSep "" (
+        map (x: if isList x then "_" else x) (builtins.split "[^A-Za-z0-9._-]" s)
+      );
+    in
+    if out == "" then "_" else if substring 0 1 out == "." then "_" + out else out;
+
+  # A shell word in single quotes.
+  shellQuote = s: "'" + replaceStrings [ "'" ] [ "'\\''" ] s + "'";
+
+  isDnsLabel =
+    s: isString s && stringLength s <= 63 && match "[a-z0-9]([-a-z0-9]*[a-z0-9])?" s != null;
+
+  isDuration = s: isString s && match "([0-9]+[smhdw])+" s != null;
+
+  describeValue =
+    v:
+    if isString v then
+      "the string ${quote v}"
+    else if isAttrs v && v ? outPath then
+      "a derivation"
+    else if builtins.isInt v then
+      "the integer ${toString v}"
+    else if builtins.isBool v then
+      "the boolean ${if v then "true" else "false"}"
+    else if v == null then
+      "null"
+    else if builtins.elem (typeOf v) [ "attrs" "int" ] then
+      "an ${typeOf v}"
+    else
+      "a ${typeOf v}";
+
+  removeNulls =
+    attrs:
+    listToAttrs (
+      concatMap (
+        n:
+        if attrs.${n} == null then
+          [ ]
+        else
+          [
+            {
+              name = n;
+              value = attrs.${n};
+            }
+          ]
+      ) (attrNames attrs)
+    );
+
+  # Forces every check (each returns true or throws) before `value`.
+  checkAll = checks: value: seq (all (c: c) checks) value;
+
+  # ---- the library -------------------------------------------------------
+
+  mkCluster =
+    {
+      pkgs,
+      name,
+      packages,
+      settings ? { },
+    }:
+    let
+      fail = msg: throw "kix.mkCluster: cluster ${quote name}: ${msg}";
+
+      clusterChecks = [
+        (
+          isDnsLabel name
+          || throw "kix.mkCluster: cluster name must be a DNS label (lowercase letters, digits and '-', at most 63 characters), got ${describeValue name}"
+        )
+        (isAttrs pkgs && pkgs ? runCommand || fail "`pkgs` must provide `runCommand` (nixpkgs or a runCommand-style builder)")
+        (isAttrs packages || isList packages || fail "`packages` must be an attrset of package declarations (or a list of declarations with `name`), got ${describeValue packages}")
+        (isAttrs settings || fail "`settings` must be an attrset, got ${describeValue settings}")
+      ];
+
+      # ---- packages: list or attrset → attrset name → declaration --------
+
+      fromList =
+        let
+          entries = imap0 (
+            i: p:
+            if !(isAttrs p) then
+              fail "package entry ${toString i} must be an attrset, got ${describeValue p}"
+            else if !(p ? name) || !(isString p.name) then
+              fail "package entry ${toString i} has no `name` (a list of packages needs a `name` in each entry; or give `packages` as an attrset)"
+            else
+              {
+                name = p.name;
+                value = p // {
+                  _index = i;
+                };
+              }
+          ) packages;
+          names = map (e: e.name) entries;
+          firstIndex = n: (head (filter (e: e.name == n) entries)).value._index;
+          dupCheck = imap0 (
+            i: e:
+            firstIndex e.name == i
+            || fail "duplicate package ${quote e.name} (list entries ${toString (firstIndex e.name)} and ${toString i})"
+          ) entries;
+        in
+        seq names (checkAll dupCheck (listToAttrs entries));
+
+      declared = if isList packages then fromList else packages;
+
+      names = attrNames declared;
+
+      # ---- one package ----------------------------------------------------
+
+      normalizePackage =
+        pname: raw:
+        let
+          pfail = msg: fail "package ${quote pname}: ${msg}";
+          p = removeAttrs raw [ "_index" ];
+          unknown = filter (a: !(elem a packageAttrs)) (attrNames p);
+
+          version = p.version or null;
+          dependsOn = p.dependsOn or [ ];
+          namespace = p.namespace or null;
+          resources = flatten (p.resources or [ ]);
+          manifests = p.manifests or [ ];
+          migrations = p.migrations or [ ];
+
+          describeResource =
+            i: r:
+            let
+              kind = if isAttrs r && isString (r.kind or null) then r.kind else null;
+              rname =
+                if isAttrs r && isAttrs (r.metadata or null) && isString (r.metadata.name or null) then
+                  r.metadata.name
+                else
+                  null;
+            in
+            "resource ${toString i}"
+            + (
+              if kind != null && rname != null then
+                " (${kind} ${quote rname})"
+              else if kind != null then
+                " (${kind})"
+              else if rname != null then
+                " (${quote rname})"
+              else
+                ""
+            );
+
+          checkObject =
+            what: r:
+            let
+              f = msg: pfail "${what}: ${msg}";
+            in
+            (isAttrs r || f "must be an attrset, got ${describeValue r}")
+            && (!(r ? outPath) || f "is a derivation or path; files and directories belong in `manifests`")
+            && (isString (r.apiVersion or null) && r.apiVersion != "" || f "missing `apiVersion`")
+            && (isString (r.kind or null) && r.kind != "" || f "missing `kind`")
+            && (
+              if r.kind == "List" then
+                isList (r.items or null)
+                || f "a List needs `items`"
+              else
+                (isAttrs (r.metadata or null) || f "missing `metadata`")
+                && (isString (r.metadata.name or null) && r.metadata.name != "" || f "missing `metadata.name`")
+                && (
+                  !(r.metadata ? namespace)
+                  || isString r.metadata.namespace
+                  || f "`metadata.namespace` must be a string"
+                )
+            );
+
+          checkResource =
+            i: r:
+            let
+              what = describeResource i r;
+            in
+            checkObject what r
+            && (
+              if r.kind == "List" then
+                all (x: x) (imap0 (j: item: checkObject "${what}, item ${toString j}" item) r.items)
+              else
+                true
+            );
+
+          checkManifest =
+            i: m:
+            let
+              f = msg: pfail "manifest ${toString i}: ${msg}";
+            in
+            if isPath m then
+              builtins.pathExists m || f "${toString m} does not exist"
+            else if isAttrs m && m ? outPath then
+              true
+            else if isString m then
+              (substring 0 1 m == "/" || f "must be a path, a derivation or an absolute path string, got ${describeValue m}")
+              && (builtins.hasContext m || builtins.pathExists m || f "${m} does not exist")
+            else if isAttrs m && m ? apiVersion then
+              f "is an attrset; Nix attrsets belong in `resources`"
+            else
+              f "must be a path, a derivation or an absolute path string, got ${describeValue m}";
+
+          checkMigration =
+            i: m:
+            let
+              f = msg: pfail "migration ${toString i}: ${msg}";
+            in
+            (isAttrs m || f "must be an attrset, got ${describeValue m}")
+            && (
+              let
+                unknown = filter (a: !(elem a migrationAttrs)) (attrNames m);
+              in
+              unknown == [ ]
+              || f "unknown attribute(s) ${quoteList unknown}; a migration takes ${quoteList migrationAttrs}"
+            )
+            && (isString (m.from or null) || f "missing `from` (a version string)")
+            && (isString (m.to or null) || f "missing `to` (a version string)")
+            && (!(m ? description) || isString m.description || f "`description` must be a string")
+            && (!(m ? actions) || isList m.actions || f "`actions` must be a list")
+            && all (x: x) (imap0 (j: checkAction "migration ${toString i}, action ${toString j}") (m.actions or [ ]));
+
+          # {action = "recreate" | "delete" | "adopt"; object = {apiVersion?, kind, namespace?, name};}
+          checkAction =
+            what: a:
+            let
+              f = msg: pfail "${what}: ${msg}";
+              o = a.object or null;
+            in
+            (isAttrs a || f "must be an attrset, got ${describeValue a}")
+            && (attrNames a == [ "action" "object" ] || f "must have exactly `action` and `object`, got ${quoteList (attrNames a)}")
+            && (elem a.action actionKinds || f "`action` must be one of ${quoteList actionKinds}, got ${describeValue a.action}")
+            && (isAttrs o || f "`object` must be an attrset")
+            && (
+              let
+                unknown = filter (k: !(elem k objectRefAttrs)) (attrNames o);
+              in
+              unknown == [ ] || f "`object` has unknown attribute(s) ${quoteList unknown}; it takes ${quoteList objectRefAttrs}"
+            )
+            && (isString (o.kind or null) || f "`object.kind` is missing")
+            && (isString (o.name or null) || f "`object.name` is missing");
+
+          checks = [
+            (isAttrs raw || pfail "must be an attrset, got ${describeValue raw}")
+            (
+              unknown == [ ]
+              || pfail "unknown attribute(s) ${quoteList unknown}; a package takes ${quoteList packageAttrs}"
+            )
+            (isDnsLabel pname || pfail "the package name must be a DNS label (lowercase letters, digits and '-', at most 63 characters)")
+            (!(p ? name) || p.name == pname || pfail "`name` is ${quote p.name} but the package is declared as ${quote pname}")
+            (version != null || pfail "missing `version`")
+            (isString version && version != "" || pfail "`version` must be a non-empty string, got ${describeValue version}")
+            (isList dependsOn || pfail "`dependsOn` must be a list of package names")
+            (
+              all (
+                d:
+                (isString d || pfail "`dependsOn` entries must be package names, got ${describeValue d}")
+                && (
+                  elem d names
+                  || pfail "depends on ${quote d}, which is not a package of this cluster (packages: ${quoteList names})"
+                )
+              ) dependsOn
+            )
+            (namespace == null || isDnsLabel namespace || pfail "`namespace` must be null or a DNS label, got ${describeValue namespace}")
+            (isList (p.resources or [ ]) || pfail "`resources` must be a list of attrsets")
+            (isList manifests || pfail "`manifests` must be a list of files or directories")
+            (isList migrations || pfail "`migrations` must be a list")
+            (all (x: x) (imap0 checkResource resources))
+            (all (x: x) (imap0 checkManifest manifests))
+            (all (x: x) (imap0 checkMigration migrations))
+          ];
+        in
+        checkAll checks {
+          name = pname;
+          inherit
+            version
+            dependsOn
+            namespace
+            resources
+            manifests
+            migrations
+            ;
+        };
+
+      normalized = listToAttrs (
+        map (n: {
+          name = n;
+          value = normalizePackage n declared.${n};
+        }) names
+      );
+
+      # ---- dependency order ---------------------------------------------
+
+      depsOf = n: normalized.${n}.dependsOn;
+
+      # Lexicographically smallest topological order: dependencies first,
+      # ties broken by name.
+      order =
+        let
+          go =
+            done: remaining:
+            if remaining == [ ] then
+              done
+            else
+              let
+                ready = filter (n: all (d: elem d done) (depsOf n)) remaining;
+                n = head ready;
+              in
+              if ready == [ ] then
+                cycleError remaining
+              else
+                go (done ++ [ n ]) (filter (x: x != n) remaining);
+        in
+        go [ ] names;
+
+      # Every package left has a dependency among the ones left: walk until
+      # a package repeats and report that loop.
+      cycleError =
+        remaining:
+        let
+          walk =
+            path: n:
+            if elem n path then
+              let
+                from = head (filter (i: elemAt path i == n) (genList (i: i) (length path)));
+                loop = genList (i: elemAt path (from + i)) (length path - from);
+              in
+              loop ++ [ n ]
+            else
+              walk (path ++ [ n ]) (head (filter (d: elem d remaining) (depsOf n)));
+        in
+        fail "dependency cycle between packages: ${concatStringsSep " -> " (walk [ ] (head remaining))}";
+
+      # ---- settings ------------------------------------------------------
+
+      evaluatedSettings =
+        let
+          s = removeNulls settings;
+          sfail = msg: fail "settings: ${msg}";
+        in
+        checkAll [
+          (!(s ? keep) || isInt s.keep && s.keep >= 0 || sfail "`keep` must be a non-negative integer, got ${describeValue s.keep}")
+          (!(s ? maxAge) || isDuration s.maxAge || sfail "`maxAge` must be a duration such as \"30d\", \"12h\" or \"1d12h\" (units s, m, h, d, w), got ${describeValue s.maxAge}")
+          (!(s ? context) || isString s.context && s.context != "" || sfail "`context` must be a non-empty string, got ${describeValue s.context}")
+        ] s;
+
+      # ---- the files -----------------------------------------------------
+
+      clusterJson = toJSON {
+        inherit format;
+        cluster = name;
+        packages = order;
+        settings = evaluatedSettings;
+      };
+
+      packageJson =
+        p:
+        toJSON (
+          {
+            inherit (p) name version dependsOn migrations;
+          }
+          // (if p.namespace == null then { } else { inherit (p) namespace; })
+        );
+
+      width = count: if count > 1000 then stringLength (toString (count - 1)) else 3;
+
+      resourceFile =
+        count: i: r:
+        let
+          rname = if r.kind == "List" then r.metadata.name or "items" else r.metadata.name;
+        in
+        "${index (width count) i}-${sanitize (toLower r.kind)}-${sanitize rname}.json";
+
+      storeName =
+        s:
+        let
+          base = baseNameOf s;
+          m = match "[0-9a-df-np-sv-z]{32}-(.+)" base;
+        in
+        if m == null then base else head m;
+
+      # What to copy for a manifest entry, and the name it gets. A plain
+      # string without context is read as a path, so it is imported into the
+      # store like a path literal; strings with context (for example
+      # "${helmOutput}/templates") and derivations are used as they are.
+      manifestSource =
+        m:
+        if isString m && !(builtins.hasContext m) then /. + m else m;
+
+      manifestFile =
+        count: i: m:
+        "${index (width count) i}-${sanitize (if isPath m then baseNameOf m else storeName (toString m))}";
+
+      # Per package p (its position k in `order`): attributes handed to the
+      # builder as files, and the script lines that place them.
+      packagePlan =
+        k: pname:
+        let
+          p = normalized.${pname};
+          dir = "$out/packages/${pname}";
+          pkgVar = "kix_p${toString k}";
+          nres = length p.resources;
+          nman = length p.manifests;
+          res = imap0 (i: r: {
+            var = "kix_p${toString k}_r${toString i}";
+            value = toJSON r;
+            file = resourceFile nres i r;
+          }) p.resources;
+        in
+        {
+          files = [
+            {
+              name = pkgVar;
+              value = packageJson p;
+            }
+          ]
+          ++ map (r: {
+            name = r.var;
+            value = r.value;
+          }) res;
+          script = [
+            "mkdir -p \"${dir}/resources\""
+            "cp \"\$${pkgVar}Path\" \"${dir}/package.json\""
+          ]
+          ++ map (r: "cp \"\$${r.var}Path\" \"${dir}/resources/${r.file}\"") res
+          ++ (if nman == 0 then [ ] else [ "mkdir -p \"${dir}/resources/manifests\"" ])
+          ++ imap0 (
+            i: m:
+            "cp -RL ${shellQuote "${manifestSource m}"} \"${dir}/resources/manifests/${manifestFile nman i m}\""
+          ) p.manifests;
+        };
+
+      plans = imap0 packagePlan order;
+
+      files = [
+        {
+          name = "kix_cluster";
+          value = clusterJson;
+        }
+      ]
+      ++ concatMap (p: p.files) plans;
+
+      script = concatStringsSep "\n" (
+        [
+          "set -e"
+          "mkdir -p \"$out/packages\""
+          "cp \"$kix_clusterPath\" \"$out/kix.json\""
+        ]
+        ++ concatMap (p: p.script) plans
+      ) + "\n";
+
+      env = listToAttrs files // {
+        passAsFile = map (f: f.name) files;
+        preferLocalBuild = true;
+        allowSubstitutes = false;
+      };
+
+      drv = pkgs.runCommand "kix-${name}" env script;
+
+      info = {
+        cluster = name;
+        settings = evaluatedSettings;
+        packages = normalized;
+        packageOrder = order;
+        kixFormat = format;
+      };
+    in
+    checkAll clusterChecks (
+      # Validate every package, the order (cycles) and the settings now, so a
+      # mistake surfaces as soon as the result is looked at.
+      checkAll [
+        (all (n: isAttrs normalized.${n}) names)
+        (isList order)
+        (isAttrs evaluatedSettings)
+      ] (drv // info // { passthru = info; })
+    );
+in
+{
+  inherit mkCluster format;
+}
