@@ -35,6 +35,12 @@
 # nix/tests/host-tools.nix). The build script uses mkdir and cp only; file
 # contents reach the builder through `passAsFile`, which Nix itself handles.
 #
+# The result is the derivation (named `kix-<name>`) plus `cluster` (the
+# cluster name), `settings` (as evaluated), `packages` (the normalised
+# declarations), `packageOrder` (dependency order, ties by name) and
+# `kixFormat`; the same set is also `passthru`. (`name` stays the derivation
+# name.)
+#
 # Invalid input fails evaluation with a `throw` naming the cluster, the
 # package and the resource.
 let
@@ -209,13 +215,11 @@ let
             else
               {
                 name = p.name;
-                value = p // {
-                  _index = i;
-                };
+                value = p;
               }
           ) packages;
           names = map (e: e.name) entries;
-          firstIndex = n: (head (filter (e: e.name == n) entries)).value._index;
+          firstIndex = n: head (filter (i: elemAt names i == n) (genList (i: i) (length names)));
           dupCheck = imap0 (
             i: e:
             firstIndex e.name == i
@@ -234,7 +238,7 @@ let
         pname: raw:
         let
           pfail = msg: fail "package ${quote pname}: ${msg}";
-          p = removeAttrs raw [ "_index" ];
+          p = raw;
           unknown = filter (a: !(elem a packageAttrs)) (attrNames p);
 
           version = p.version or null;

@@ -172,6 +172,10 @@ pub struct ActivationStatus {
     /// Number of objects in the build.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub objects: Option<u32>,
+    /// The kinds of the build (`apiVersion/Kind`), so a later prune lists
+    /// them even when a newer build drops a kind entirely.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<String>,
     /// Objects that could not be deleted (by prune or by the finalizer), with
     /// the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -2,7 +2,10 @@
 //! with its clap arguments and an `exec` that calls the libraries.
 
 mod commands;
+mod kube_client;
 mod output;
+mod progress;
+mod render;
 
 use std::process::ExitCode;
 
@@ -11,7 +14,10 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = commands::Cli::parse();
     output::init_logging(&cli.global);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {err}");

@@ -16,7 +16,9 @@ pub fn init_logging(global: &GlobalArgs) {
         }
     };
     let filter = EnvFilter::try_from_env("KIX_LOG").unwrap_or_else(|_| EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match global.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.with_target(false).init(),
@@ -36,8 +38,11 @@ pub fn report_error(err: &anyhow::Error) {
 
 fn hint_for(err: &anyhow::Error) -> Option<&'static str> {
     let text = format!("{err:#}");
-    if text.contains("kubeconfig") && (text.contains("No such file") || text.contains("not found")) {
-        return Some("point KUBECONFIG or --kubeconfig at a kubeconfig file (checks/control-plane env prints one for the local control plane)");
+    if text.contains("kubeconfig") && (text.contains("No such file") || text.contains("not found"))
+    {
+        return Some(
+            "point KUBECONFIG or --kubeconfig at a kubeconfig file (checks/control-plane env prints one for the local control plane)",
+        );
     }
     if text.contains("nix-store") && text.contains("No such file") {
         return Some("kix needs Nix: install it (on Debian: apt-get install nix-bin)");

@@ -200,7 +200,9 @@ fn json_output() {
         .args(["-A", "basic"]))
     .ok();
     let json = out.json();
-    assert!(is_store_path(json["storePath"].as_str().expect("storePath")));
+    assert!(is_store_path(
+        json["storePath"].as_str().expect("storePath")
+    ));
     assert_eq!(json["cluster"], "basic");
     assert_eq!(
         json["packages"],
@@ -336,11 +338,7 @@ fn path_of_a_plain_directory_is_added_to_the_store() {
     let tree = tmp.path().join("handmade");
     let resources = tree.join("packages/app/resources");
     std::fs::create_dir_all(&resources).expect("mkdir");
-    let nonce = format!(
-        "{}-{:?}",
-        std::process::id(),
-        std::time::SystemTime::now()
-    );
+    let nonce = format!("{}-{:?}", std::process::id(), std::time::SystemTime::now());
     std::fs::write(
         tree.join("kix.json"),
         r#"{"format":1,"cluster":"handmade","packages":["app"],"settings":{}}"#,

@@ -1,3 +1,21 @@
-//! kix-engine
+//! The kix engine, shared by the CLI and the operator:
+//! plan → record → apply → wait → prune → settle.
+//!
+//! - [`plan::plan`] reads the live cluster (one LIST per kind) and returns a
+//!   [`plan::Plan`] value; nothing is written.
+//! - [`deploy::deploy`] executes a plan: Activation record, ordered bounded
+//!   parallel server-side apply, health wait, prune, final phase.
 
+pub mod deploy;
+pub mod desired;
+pub mod diff;
+pub mod error;
 pub mod health;
+pub mod lease;
+pub mod live;
+pub mod plan;
+pub mod records;
+pub mod resources;
+pub mod wait;
+
+pub use error::{EngineError, Result};

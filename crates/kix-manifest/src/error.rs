@@ -7,6 +7,9 @@ use crate::object::{ObjectKey, ObjectKeyError};
 
 /// Why [`read_tree`](crate::read_tree) rejected a build.
 ///
+/// Larger fields are boxed to keep the enum small (under 100 bytes), so that
+/// `Result<_, TreeError>`, and errors that wrap it, stay cheap to return.
+///
 /// Paths of files inside the tree are relative to the tree root (as in
 /// `packages/web/resources/app.yaml`), so messages read the same on every
 /// machine; the caller knows which build it read. Every message names the
@@ -77,10 +80,10 @@ pub enum TreeError {
         /// documents (a JSON file has one).
         document: usize,
         /// Line where the document starts (YAML only).
-        line: Option<usize>,
+        line: Option<u32>,
         /// Indexes into nested `kind: List` items, outermost first.
         items: Vec<usize>,
-        error: ObjectKeyError,
+        error: Box<ObjectKeyError>,
     },
     /// Two manifests of the build have the same key.
     #[error(
@@ -127,7 +130,11 @@ pub enum TreeError {
     SymlinkLoop { link: PathBuf, target: PathBuf },
     /// A file over [`ReadOptions::max_file_bytes`](crate::ReadOptions).
     #[error("{}: {size} bytes, more than the limit of {limit} bytes per file", file.display())]
-    FileTooLarge { file: PathBuf, size: u64, limit: u64 },
+    FileTooLarge {
+        file: PathBuf,
+        size: u64,
+        limit: u64,
+    },
     /// An object whose JSON is over [`ReadOptions::max_object_bytes`](crate::ReadOptions).
     #[error(
         "{}: {}: object {key} is more than {limit} bytes as JSON",
@@ -136,7 +143,7 @@ pub enum TreeError {
     ObjectTooLarge {
         file: PathBuf,
         document: usize,
-        line: Option<usize>,
+        line: Option<u32>,
         items: Vec<usize>,
         key: Box<ObjectKey>,
         limit: usize,
@@ -179,13 +186,13 @@ pub enum TreeError {
     OverlappingMigrations {
         package: String,
         /// `(from, to)` of the earlier migration in the file.
-        first: (String, String),
-        second: (String, String),
+        first: Box<(String, String)>,
+        second: Box<(String, String)>,
     },
 }
 
 /// `document 2 (line 14), items[3]`.
-fn location(document: usize, line: Option<usize>, items: &[usize]) -> String {
+fn location(document: usize, line: Option<u32>, items: &[usize]) -> String {
     let mut out = format!("document {document}");
     if let Some(line) = line {
         out.push_str(&format!(" (line {line})"));
@@ -195,4 +202,14 @@ fn location(document: usize, line: Option<usize>, items: &[usize]) -> String {
         out.push_str(&format!("items[{item}]"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn stays_small() {
+        // Wrapping it in another error enum must not trip clippy's
+        // result_large_err (128 bytes).
+        assert!(std::mem::size_of::<super::TreeError>() <= 96);
+    }
 }

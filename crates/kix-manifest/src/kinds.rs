@@ -89,7 +89,10 @@ mod tests {
 
     #[test]
     fn ranks() {
-        assert_eq!(kind_rank("apiextensions.k8s.io", "CustomResourceDefinition"), 0);
+        assert_eq!(
+            kind_rank("apiextensions.k8s.io", "CustomResourceDefinition"),
+            0
+        );
         assert_eq!(kind_rank("", "Namespace"), 1);
         for (g, k) in [
             ("", "ServiceAccount"),
@@ -112,7 +115,10 @@ mod tests {
         assert_eq!(kind_rank("serving.knative.dev", "Service"), 5);
         assert_eq!(kind_rank("", "Deployment"), 5);
         assert_eq!(
-            kind_rank("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
+            kind_rank(
+                "admissionregistration.k8s.io",
+                "MutatingWebhookConfiguration"
+            ),
             6
         );
         assert_eq!(kind_rank("apiregistration.k8s.io", "APIService"), 6);
@@ -121,13 +127,19 @@ mod tests {
     #[test]
     fn cluster_scoped() {
         assert!(is_well_known_cluster_scoped("", "Namespace"));
-        assert!(is_well_known_cluster_scoped("rbac.authorization.k8s.io", "ClusterRole"));
+        assert!(is_well_known_cluster_scoped(
+            "rbac.authorization.k8s.io",
+            "ClusterRole"
+        ));
         assert!(is_well_known_cluster_scoped(
             "admissionregistration.k8s.io",
             "ValidatingAdmissionPolicyBinding"
         ));
         assert!(!is_well_known_cluster_scoped("", "ConfigMap"));
-        assert!(!is_well_known_cluster_scoped("rbac.authorization.k8s.io", "Role"));
+        assert!(!is_well_known_cluster_scoped(
+            "rbac.authorization.k8s.io",
+            "Role"
+        ));
         assert!(!is_well_known_cluster_scoped("example.com", "Namespace"));
     }
 }

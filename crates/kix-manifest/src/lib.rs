@@ -22,9 +22,7 @@ mod walk;
 pub use error::TreeError;
 pub use kinds::{is_well_known_cluster_scoped, kind_rank};
 pub use migration::{ActionKind, Migration, MigrationAction, ObjectRef};
-pub use object::{
-    Object, ObjectKey, ObjectKeyError, canonical_digest, canonical_json, group_of,
-};
+pub use object::{Object, ObjectKey, ObjectKeyError, canonical_digest, canonical_json, group_of};
 pub use store_path::{
     HASH_LEN, MAX_NAME_LEN, NIXBASE32_ALPHABET, STORE_DIR, StorePath, StorePathError,
 };

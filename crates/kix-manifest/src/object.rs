@@ -161,7 +161,10 @@ pub fn group_of(api_version: &str) -> Option<&str> {
     }
 }
 
-fn required_str<'a>(value: Option<&'a Value>, field: &'static str) -> Result<&'a str, ObjectKeyError> {
+fn required_str<'a>(
+    value: Option<&'a Value>,
+    field: &'static str,
+) -> Result<&'a str, ObjectKeyError> {
     match value {
         None | Some(Value::Null) => Err(ObjectKeyError::MissingField { field }),
         Some(Value::String(s)) if s.is_empty() => Err(ObjectKeyError::MissingField { field }),
@@ -316,15 +319,19 @@ mod tests {
         assert_eq!(k.to_string(), "Deployment.apps web/frontend");
         assert_eq!(k.group_kind(), "Deployment.apps");
 
-        let k = key(json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"web","namespace":""}}))
-            .expect("valid");
+        let k = key(
+            json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"web","namespace":""}}),
+        )
+        .expect("valid");
         assert_eq!(k.group, "");
         assert_eq!(k.namespace, None);
         assert_eq!(k.to_string(), "Namespace/web");
         assert_eq!(k.group_kind(), "Namespace");
 
-        let k = key(json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"s","namespace":"web"}}))
-            .expect("valid");
+        let k = key(
+            json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"s","namespace":"web"}}),
+        )
+        .expect("valid");
         assert_eq!(k.to_string(), "ConfigMap web/s");
     }
 
@@ -335,11 +342,15 @@ mod tests {
         assert_eq!(key(json!("x")), Err(NotAMapping { found: "a string" }));
         assert_eq!(
             key(json!({"kind":"A","metadata":{"name":"n"}})),
-            Err(MissingField { field: "apiVersion" })
+            Err(MissingField {
+                field: "apiVersion"
+            })
         );
         assert_eq!(
             key(json!({"apiVersion":"","kind":"A","metadata":{"name":"n"}})),
-            Err(MissingField { field: "apiVersion" })
+            Err(MissingField {
+                field: "apiVersion"
+            })
         );
         assert_eq!(
             key(json!({"apiVersion":"v1","metadata":{"name":"n"}})),
@@ -347,28 +358,64 @@ mod tests {
         );
         assert_eq!(
             key(json!({"apiVersion":"v1","kind":"A"})),
-            Err(MissingField { field: "metadata.name" })
+            Err(MissingField {
+                field: "metadata.name"
+            })
         );
         assert_eq!(
             key(json!({"apiVersion":"v1","kind":"A","metadata":{"name":null}})),
-            Err(MissingField { field: "metadata.name" })
+            Err(MissingField {
+                field: "metadata.name"
+            })
         );
         assert_eq!(
             key(json!({"apiVersion":"v1","kind":"A","metadata":{"generateName":"x-"}})),
-            Err(MissingField { field: "metadata.name" })
+            Err(MissingField {
+                field: "metadata.name"
+            })
         );
         let e = key(json!({"apiVersion":1,"kind":"A","metadata":{"name":"n"}})).expect_err("int");
         assert_eq!(e.to_string(), "apiVersion must be a string, found a number");
         for bad in ["a/b/c", "/v1", "apps/"] {
-            let e = key(json!({"apiVersion":bad,"kind":"A","metadata":{"name":"n"}})).expect_err(bad);
-            assert!(matches!(e, InvalidField { field: "apiVersion", .. }), "{bad}: {e}");
+            let e =
+                key(json!({"apiVersion":bad,"kind":"A","metadata":{"name":"n"}})).expect_err(bad);
+            assert!(
+                matches!(
+                    e,
+                    InvalidField {
+                        field: "apiVersion",
+                        ..
+                    }
+                ),
+                "{bad}: {e}"
+            );
         }
         for bad in ["..", ".", "a/b"] {
-            let e = key(json!({"apiVersion":"v1","kind":"A","metadata":{"name":bad}})).expect_err(bad);
-            assert!(matches!(e, InvalidField { field: "metadata.name", .. }), "{bad}: {e}");
-            let e = key(json!({"apiVersion":"v1","kind":"A","metadata":{"name":"n","namespace":bad}}))
-                .expect_err(bad);
-            assert!(matches!(e, InvalidField { field: "metadata.namespace", .. }), "{bad}: {e}");
+            let e =
+                key(json!({"apiVersion":"v1","kind":"A","metadata":{"name":bad}})).expect_err(bad);
+            assert!(
+                matches!(
+                    e,
+                    InvalidField {
+                        field: "metadata.name",
+                        ..
+                    }
+                ),
+                "{bad}: {e}"
+            );
+            let e =
+                key(json!({"apiVersion":"v1","kind":"A","metadata":{"name":"n","namespace":bad}}))
+                    .expect_err(bad);
+            assert!(
+                matches!(
+                    e,
+                    InvalidField {
+                        field: "metadata.namespace",
+                        ..
+                    }
+                ),
+                "{bad}: {e}"
+            );
         }
         assert_eq!(
             key(json!({"apiVersion":"v1","kind":"A","metadata":"x"}))
@@ -395,7 +442,7 @@ mod tests {
             namespace: ns.map(Into::into),
             name: n.into(),
         };
-        let mut keys = vec![
+        let mut keys = [
             k("apps", "Deployment", Some("b"), "x"),
             k("", "ConfigMap", Some("a"), "z"),
             k("", "ConfigMap", None, "z"),
@@ -420,10 +467,9 @@ mod tests {
             r#"{"b": [1, {"y": "é\n", "x": null}], "a": {"d": true, "c": 1.5}}"#,
         )
         .expect("json");
-        let b: Value = serde_json::from_str(
-            r#"{"a":{"c":1.5,"d":true},"b":[1,{"x":null,"y":"é\n"}]}"#,
-        )
-        .expect("json");
+        let b: Value =
+            serde_json::from_str(r#"{"a":{"c":1.5,"d":true},"b":[1,{"x":null,"y":"é\n"}]}"#)
+                .expect("json");
         assert_eq!(
             canonical_json(&a),
             r#"{"a":{"c":1.5,"d":true},"b":[1,{"x":null,"y":"é\n"}]}"#

@@ -50,9 +50,7 @@ pub enum StorePathError {
     #[error("{input:?} is not a Nix store path: it must start with \"{STORE_DIR}/\"")]
     NotInStore { input: String },
     /// The hash part (up to the first `-`) does not have 32 characters.
-    #[error(
-        "store path {input:?}: the hash part must be {HASH_LEN} characters long, found {len}"
-    )]
+    #[error("store path {input:?}: the hash part must be {HASH_LEN} characters long, found {len}")]
     BadHashLength { input: String, len: usize },
     /// The hash part has a character outside the nixbase32 alphabet.
     #[error(
@@ -407,7 +405,10 @@ mod tests {
 
     #[test]
     fn rejects_empty_names() {
-        for input in [format!("/nix/store/{HASH}-"), format!("/nix/store/{HASH}-/x")] {
+        for input in [
+            format!("/nix/store/{HASH}-"),
+            format!("/nix/store/{HASH}-/x"),
+        ] {
             assert_eq!(
                 err(&input),
                 StorePathError::EmptyName {
@@ -465,7 +466,12 @@ mod tests {
         );
         for name in [".", "..", ".hidden", "..x"] {
             let input = path(name);
-            assert_eq!(err(&input), StorePathError::DotName { input: input.clone() });
+            assert_eq!(
+                err(&input),
+                StorePathError::DotName {
+                    input: input.clone()
+                }
+            );
         }
     }
 
@@ -549,7 +555,10 @@ mod tests {
             .to_string();
         assert!(bad.contains("hash part must be 32"), "{bad}");
         let sub = serde_json::from_str::<StorePath>(&format!("\"{}/kix.json\"", path("kix")));
-        assert!(sub.is_err(), "deserialization accepts only bare store paths");
+        assert!(
+            sub.is_err(),
+            "deserialization accepts only bare store paths"
+        );
         assert!(serde_json::from_str::<StorePath>("42").is_err());
     }
 

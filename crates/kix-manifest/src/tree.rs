@@ -219,8 +219,8 @@ struct PackageJson {
 pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError> {
     // A store directory that does not exist contains nothing: every root is
     // then outside it.
-    let store = std::fs::canonicalize(&options.store_dir)
-        .unwrap_or_else(|_| options.store_dir.clone());
+    let store =
+        std::fs::canonicalize(&options.store_dir).unwrap_or_else(|_| options.store_dir.clone());
     let canonical_root = std::fs::canonicalize(root).map_err(|e| TreeError::Root {
         root: root.to_path_buf(),
         message: e.to_string(),
@@ -413,7 +413,10 @@ impl Reader<'_> {
         let Value::Object(map) = &value else {
             return Err(TreeError::Unparsable {
                 file: rel.to_path_buf(),
-                message: format!("expected a JSON object, found {}", crate::object::json_type(&value)),
+                message: format!(
+                    "expected a JSON object, found {}",
+                    crate::object::json_type(&value)
+                ),
             });
         };
         match map.get("format") {
@@ -478,7 +481,13 @@ impl Reader<'_> {
 
         let mut package_objects = Vec::new();
         for file in &files.resources {
-            self.read_resource_file(file, dir, meta.namespace.as_deref(), objects, &mut package_objects)?;
+            self.read_resource_file(
+                file,
+                dir,
+                meta.namespace.as_deref(),
+                objects,
+                &mut package_objects,
+            )?;
         }
         // Apply order inside the package; keys are unique, so this is total.
         package_objects.sort_by(|a: &Object, b: &Object| {
@@ -511,35 +520,35 @@ impl Reader<'_> {
             file: file.to_path_buf(),
             message,
         };
-        // (document number, line, value)
-        let documents: Vec<(usize, Option<usize>, Value)> =
-            if file.extension().is_some_and(|e| e == "json") {
-                let value: Value =
-                    serde_json::from_slice(&bytes).map_err(|e| unparsable(e.to_string()))?;
-                vec![(1, None, value)]
+        let is_json = file.extension().is_some_and(|e| e == "json");
+        let documents: Vec<Value> = if is_json {
+            let value = serde_json::from_slice(&bytes).map_err(|e| unparsable(e.to_string()))?;
+            vec![value]
+        } else {
+            let text =
+                std::str::from_utf8(&bytes).map_err(|e| unparsable(format!("not UTF-8: {e}")))?;
+            serde_saphyr::from_multiple_with_options(text, yaml_options())
+                .map_err(|e| unparsable(yaml_message(&e)))?
+        };
+        // Line numbers only matter in error messages, and tracking them
+        // slows YAML parsing down by a third: find them when needed.
+        let line_of = |document: usize| -> Option<u32> {
+            if is_json {
+                None
             } else {
-                let text = std::str::from_utf8(&bytes)
-                    .map_err(|e| unparsable(format!("not UTF-8: {e}")))?;
-                let docs: Vec<serde_saphyr::Spanned<Value>> =
-                    serde_saphyr::from_multiple_with_options(text, yaml_options())
-                        .map_err(|e| unparsable(yaml_message(&e)))?;
-                docs.into_iter()
-                    .enumerate()
-                    .map(|(i, doc)| {
-                        let line = usize::try_from(doc.referenced.line()).ok().filter(|l| *l > 0);
-                        (i + 1, line, doc.value)
-                    })
-                    .collect()
-            };
+                yaml_document_line(&bytes, document)
+            }
+        };
 
         let mut flat = Vec::new();
-        for (document, line, value) in documents {
+        for (index, value) in documents.into_iter().enumerate() {
+            let document = index + 1;
             let invalid = |items: Vec<usize>, error: ObjectKeyError| TreeError::InvalidObject {
                 file: file.to_path_buf(),
                 document,
-                line,
+                line: line_of(document),
                 items,
-                error,
+                error: Box::new(error),
             };
             flat.clear();
             flatten_lists(value, &mut Vec::new(), &mut flat)
@@ -552,7 +561,7 @@ impl Reader<'_> {
                         MakeError::TooLarge(key) => TreeError::ObjectTooLarge {
                             file: file.to_path_buf(),
                             document,
-                            line,
+                            line: line_of(document),
                             items: items.clone(),
                             key: Box::new(key),
                             limit: self.options.max_object_bytes,
@@ -642,6 +651,16 @@ fn yaml_options() -> serde_saphyr::Options {
         // `mode: 0644` means 420, as in YAML 1.1 / sigs.k8s.io/yaml.
         legacy_octal_numbers: true,
     }
+}
+
+/// The line where the `document`th (1-based, counting non-empty documents)
+/// document of a YAML file starts: the file is parsed again, with spans.
+fn yaml_document_line(bytes: &[u8], document: usize) -> Option<u32> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let docs: Vec<serde_saphyr::Spanned<serde::de::IgnoredAny>> =
+        serde_saphyr::from_multiple_with_options(text, yaml_options()).ok()?;
+    let line = docs.get(document.checked_sub(1)?)?.referenced.line();
+    u32::try_from(line).ok().filter(|l| *l > 0)
 }
 
 /// The parser's message, without advice meant for programmers.
@@ -855,8 +874,8 @@ fn check_migrations(package: &mut Package) -> Result<(), TreeError> {
             if overlap {
                 return Err(TreeError::OverlappingMigrations {
                     package: package.name.clone(),
-                    first: (earlier.from.clone(), earlier.to.clone()),
-                    second: (m.from.clone(), m.to.clone()),
+                    first: Box::new((earlier.from.clone(), earlier.to.clone())),
+                    second: Box::new((m.from.clone(), m.to.clone())),
                 });
             }
         }
@@ -911,7 +930,15 @@ mod tests {
         for yes in ["a.json", "a.yaml", "a.yml", "x/y/.z.yaml", "a.b.yaml"] {
             assert!(is_resource_file(Path::new(yes)), "{yes}");
         }
-        for no in ["a.yaml.bak", "a.YAML", "README.md", ".yaml", "a.jsonl", "a.yaml~", "ayaml"] {
+        for no in [
+            "a.yaml.bak",
+            "a.YAML",
+            "README.md",
+            ".yaml",
+            "a.jsonl",
+            "a.yaml~",
+            "ayaml",
+        ] {
             assert!(!is_resource_file(Path::new(no)), "{no}");
         }
     }

@@ -123,7 +123,10 @@ fn object_over_the_size_limit() {
     let big = "x".repeat(300);
     store.write(
         "packages/app/resources/cms.yaml",
-        &format!("{}apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  x: {big}\n", config_maps(0..2)),
+        &format!(
+            "{}apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  x: {big}\n",
+            config_maps(0..2)
+        ),
     );
     let options = ReadOptions {
         max_object_bytes: 200,
@@ -208,7 +211,10 @@ fn resource_that_is_not_a_regular_file() {
     );
     // A directory named like a resource is just a directory.
     fs::remove_file(&fifo).expect("rm fifo");
-    store.write("packages/app/resources/dir.yaml/cm.json", r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#);
+    store.write(
+        "packages/app/resources/dir.yaml/cm.json",
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#,
+    );
     assert_eq!(store.read().map(|b| b.object_count()), Ok(1));
 }
 
@@ -252,7 +258,10 @@ fn root_errors() {
     let store = Store::with_app();
     let missing = store.path().join("missing");
     let err = read_tree(&missing, &store.options()).expect_err("missing");
-    assert!(matches!(&err, TreeError::Root { root, .. } if *root == missing), "{err}");
+    assert!(
+        matches!(&err, TreeError::Root { root, .. } if *root == missing),
+        "{err}"
+    );
     let file = store.build().join("kix.json");
     assert_eq!(
         read_tree(&file, &store.options()),
@@ -283,8 +292,11 @@ fn symlinks_into_other_store_paths_are_followed() {
     let other = store.path().join("other-store-path");
     fs::create_dir_all(other.join("manifests")).expect("mkdir");
     fs::write(other.join("manifests/cm.yaml"), config_maps(0..2)).expect("write");
-    fs::write(other.join("single.json"), r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"}}"#)
-        .expect("write");
+    fs::write(
+        other.join("single.json"),
+        r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"}}"#,
+    )
+    .expect("write");
     fs::create_dir_all(store.build().join("packages/app/resources")).expect("mkdir");
     std::os::unix::fs::symlink(
         other.join("manifests"),
@@ -314,7 +326,10 @@ fn symlinks_into_other_store_paths_are_followed() {
 #[test]
 fn package_directories_may_be_symlinks() {
     let store = Store::new();
-    store.write("kix.json", r#"{"format":1,"cluster":"test","packages":["app"]}"#);
+    store.write(
+        "kix.json",
+        r#"{"format":1,"cluster":"test","packages":["app"]}"#,
+    );
     let pkg = store.path().join("pkg-app");
     fs::create_dir_all(pkg.join("resources")).expect("mkdir");
     fs::write(pkg.join("package.json"), r#"{"name":"app","version":"1"}"#).expect("write");

@@ -42,7 +42,9 @@ impl BuildSource {
     /// The installable `nix build` gets, if this source is built at all.
     pub fn installable(&self) -> Option<String> {
         match self {
-            BuildSource::Flake { flake, cluster } => Some(format!("{flake}#{}", cluster_attr(cluster))),
+            BuildSource::Flake { flake, cluster } => {
+                Some(format!("{flake}#{}", cluster_attr(cluster)))
+            }
             BuildSource::File { attr, .. } => Some(attr.clone()),
             BuildSource::Path(_) => None,
         }
@@ -72,7 +74,10 @@ fn cluster_attr(cluster: &str) -> String {
     if plain {
         format!("kixClusters.{cluster}")
     } else {
-        format!("kixClusters.\"{}\"", cluster.replace('\\', "\\\\").replace('"', "\\\""))
+        format!(
+            "kixClusters.\"{}\"",
+            cluster.replace('\\', "\\\\").replace('"', "\\\"")
+        )
     }
 }
 
@@ -264,7 +269,9 @@ mod tests {
     fn parses_nix_build_json() {
         let good = r#"[{"drvPath":"/nix/store/2x4rbwi3w11vp2z727psffi51ii4av01-kxa.drv","outputs":{"out":"/nix/store/ldf6lay2b60x9d3scxq7j221lwjjlva1-kxa"}}]"#;
         assert_eq!(
-            parse_build_json("nix build", good).expect("parses").as_str(),
+            parse_build_json("nix build", good)
+                .expect("parses")
+                .as_str(),
             "/nix/store/ldf6lay2b60x9d3scxq7j221lwjjlva1-kxa"
         );
         for bad in [

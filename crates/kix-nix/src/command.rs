@@ -152,7 +152,8 @@ impl NixCommand {
 fn shell_word(word: &str) -> String {
     let plain = !word.is_empty()
         && word.chars().all(|c| {
-            c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | ':' | '=' | '+' | ',' | '@' | '%')
+            c.is_ascii_alphanumeric()
+                || matches!(c, '-' | '_' | '.' | '/' | ':' | '=' | '+' | ',' | '@' | '%')
         });
     if plain {
         word.to_owned()
@@ -167,9 +168,13 @@ mod tests {
 
     #[test]
     fn displays_quoted_words() {
-        let cmd = NixCommand::new("nix")
-            .args(EXPERIMENTAL)
-            .args(["build", "--option", "substituters", "", "/tmp/a b#x"]);
+        let cmd = NixCommand::new("nix").args(EXPERIMENTAL).args([
+            "build",
+            "--option",
+            "substituters",
+            "",
+            "/tmp/a b#x",
+        ]);
         assert_eq!(
             cmd.display(),
             "nix --extra-experimental-features 'nix-command flakes' build --option substituters '' '/tmp/a b#x'"

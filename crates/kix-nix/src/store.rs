@@ -23,7 +23,9 @@ pub fn is_valid(path: &StorePath) -> Result<bool, NixError> {
 /// --realise` fetches it from the configured substituters (or builds it, for
 /// a derivation output whose derivation is known).
 pub fn realise(path: &StorePath) -> Result<(), NixError> {
-    let command = NixCommand::new(NIX_STORE).arg("--realise").arg(path.as_str());
+    let command = NixCommand::new(NIX_STORE)
+        .arg("--realise")
+        .arg(path.as_str());
     match command.run(false) {
         Ok(_) => Ok(()),
         Err(NixError::CommandFailed { stderr, .. }) => Err(NixError::NotRealisable {

@@ -165,11 +165,7 @@ fn basic_cluster_reads_back() {
     assert_eq!(web.migrations.len(), 1);
     assert_eq!(web.migrations[0].from, "1.1.0");
     assert_eq!(web.migrations[0].to, "1.2.0");
-    let mut web_objects: Vec<String> = web
-        .objects
-        .iter()
-        .map(|o| o.key.to_string())
-        .collect();
+    let mut web_objects: Vec<String> = web.objects.iter().map(|o| o.key.to_string()).collect();
     web_objects.sort();
     let mut expected = vec![
         "ConfigMap web/dir-config",
@@ -235,7 +231,10 @@ fn build_and_read_checks_the_cluster() {
         other => panic!("unexpected {other:?}"),
     }
     let text = err.to_string();
-    assert!(text.contains("\"prod\"") && text.contains("\"minimal\""), "{text}");
+    assert!(
+        text.contains("\"prod\"") && text.contains("\"minimal\""),
+        "{text}"
+    );
 }
 
 #[test]

@@ -86,7 +86,10 @@ fn validity_and_realise() {
 #[test]
 fn resolve_path_of_a_store_path_and_of_a_symlink_to_one() {
     let path = fresh_store_path("resolve");
-    assert_eq!(kix_nix::resolve_path(path.as_path()).expect("store path"), path);
+    assert_eq!(
+        kix_nix::resolve_path(path.as_path()).expect("store path"),
+        path
+    );
 
     let tmp = tempfile::tempdir().expect("tempdir");
     let result = tmp.path().join("result");
@@ -144,7 +147,10 @@ fn root_keeps_path_alive(roots: &GcRoots, cluster: &str) {
 
     let link = roots.add(cluster, &activation, &path).expect("add root");
     assert_eq!(link, roots.dir().join(cluster).join(&activation));
-    assert_eq!(std::fs::read_link(&link).expect("symlink"), path.to_path_buf());
+    assert_eq!(
+        std::fs::read_link(&link).expect("symlink"),
+        path.to_path_buf()
+    );
 
     let err = nix_store_delete(&path).expect_err("the root keeps it alive");
     assert!(err.contains("still alive"), "{err}");
@@ -162,7 +168,10 @@ fn root_keeps_path_alive(roots: &GcRoots, cluster: &str) {
     assert!(roots.remove(cluster, &activation).expect("remove"));
     assert!(!roots.remove(cluster, &activation).expect("already gone"));
     assert!(roots.list(cluster).expect("list").is_empty());
-    assert!(!roots.dir().join(cluster).exists(), "empty cluster dir removed");
+    assert!(
+        !roots.dir().join(cluster).exists(),
+        "empty cluster dir removed"
+    );
 
     nix_store_delete(&path).expect("no root any more");
     assert!(!kix_nix::is_valid(&path).expect("check"));

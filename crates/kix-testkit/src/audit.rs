@@ -20,7 +20,11 @@ pub struct Request {
 impl Request {
     /// A request that may change state (dry-runs excluded).
     pub fn is_write(&self) -> bool {
-        !self.dry_run && matches!(self.verb.as_str(), "create" | "update" | "patch" | "delete" | "deletecollection")
+        !self.dry_run
+            && matches!(
+                self.verb.as_str(),
+                "create" | "update" | "patch" | "delete" | "deletecollection"
+            )
     }
 }
 
@@ -33,7 +37,9 @@ pub fn audit_log_path() -> PathBuf {
 pub struct Mark(u64);
 
 pub fn mark() -> Result<Mark> {
-    let len = std::fs::metadata(audit_log_path()).context("reading the audit log's size")?.len();
+    let len = std::fs::metadata(audit_log_path())
+        .context("reading the audit log's size")?
+        .len();
     Ok(Mark(len))
 }
 
@@ -45,7 +51,9 @@ pub fn since(mark: Mark) -> Result<Vec<Request>> {
     let mut requests = Vec::new();
     for line in BufReader::new(file).lines() {
         let line = line?;
-        let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
         if event["stage"] != "ResponseComplete" {
             continue;
         }

@@ -21,14 +21,17 @@ pub const TEST_LABEL: &str = "kix.run/test";
 
 /// The repository root (the kit lives at crates/kix-testkit).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap_or_else(|_| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-    })
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
 }
 
 /// The control plane's state directory: `$KIX_CP_DIR`, else `<repo>/.cp`.
 pub fn control_plane_dir() -> PathBuf {
-    std::env::var_os("KIX_CP_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".cp"))
+    std::env::var_os("KIX_CP_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".cp"))
 }
 
 /// The admin kubeconfig of the local control plane.
@@ -81,7 +84,13 @@ pub fn unique_name(prefix: &str) -> String {
     let pid = std::process::id();
     let prefix: String = prefix
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .take(30)
         .collect();
     format!("{}-{pid:x}-{n}", prefix.trim_matches('-'))
@@ -106,7 +115,13 @@ impl TestEnv {
         let namespace = unique_name(test);
         let cluster = unique_name(&format!("c-{test}"));
         create_namespace(&client, &namespace, test).await?;
-        Ok(TestEnv { client, name: test.to_string(), namespace, cluster, extra_namespaces: vec![] })
+        Ok(TestEnv {
+            client,
+            name: test.to_string(),
+            namespace,
+            cluster,
+            extra_namespaces: vec![],
+        })
     }
 
     /// Creates another labelled namespace owned by this test.
@@ -123,9 +138,20 @@ impl TestEnv {
     }
 
     fn dump(&self) {
-        eprintln!("---- state of test {} (component logs: {}) ----", self.name, logs_dir().display());
+        eprintln!(
+            "---- state of test {} (component logs: {}) ----",
+            self.name,
+            logs_dir().display()
+        );
         for ns in std::iter::once(&self.namespace).chain(&self.extra_namespaces) {
-            if let Ok(out) = kubectl_output(&["get", "all,configmaps,secrets,events", "-n", ns, "-o", "wide"]) {
+            if let Ok(out) = kubectl_output(&[
+                "get",
+                "all,configmaps,secrets,events",
+                "-n",
+                ns,
+                "-o",
+                "wide",
+            ]) {
                 eprintln!("# namespace {ns}\n{out}");
             }
         }
@@ -179,7 +205,11 @@ pub fn kubectl_output(args: &[&str]) -> Result<String> {
         .output()
         .context("running kubectl")?;
     if !out.status.success() {
-        anyhow::bail!("kubectl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        anyhow::bail!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

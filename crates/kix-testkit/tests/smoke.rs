@@ -18,10 +18,14 @@ async fn server_side_apply_and_deployment_becomes_available() {
     let ns = format!("{}-app", env.namespace);
 
     let namespaces: Api<Namespace> = Api::all(env.client.clone());
-    let namespace: Namespace =
-        serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
-            .expect("namespace");
-    namespaces.patch(&ns, &ssa, &Patch::Apply(&namespace)).await.expect("apply namespace");
+    let namespace: Namespace = serde_json::from_value(
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+    )
+    .expect("namespace");
+    namespaces
+        .patch(&ns, &ssa, &Patch::Apply(&namespace))
+        .await
+        .expect("apply namespace");
 
     let configmaps: Api<ConfigMap> = Api::namespaced(env.client.clone(), &ns);
     let cm: ConfigMap = serde_json::from_value(serde_json::json!({
@@ -29,9 +33,17 @@ async fn server_side_apply_and_deployment_becomes_available() {
         "metadata": {"name": "settings"}, "data": {"greeting": "hello"}
     }))
     .expect("configmap");
-    configmaps.patch("settings", &ssa, &Patch::Apply(&cm)).await.expect("apply configmap");
+    configmaps
+        .patch("settings", &ssa, &Patch::Apply(&cm))
+        .await
+        .expect("apply configmap");
     assert_eq!(
-        configmaps.get("settings").await.expect("get").data.expect("data")["greeting"],
+        configmaps
+            .get("settings")
+            .await
+            .expect("get")
+            .data
+            .expect("data")["greeting"],
         "hello"
     );
 
@@ -52,9 +64,16 @@ async fn server_side_apply_and_deployment_becomes_available() {
         }
     }))
     .expect("deployment");
-    deployments.patch("web", &ssa, &Patch::Apply(&deploy)).await.expect("apply deployment");
+    deployments
+        .patch("web", &ssa, &Patch::Apply(&deploy))
+        .await
+        .expect("apply deployment");
 
-    let available = await_condition(deployments.clone(), "web", conditions::is_deployment_completed());
+    let available = await_condition(
+        deployments.clone(),
+        "web",
+        conditions::is_deployment_completed(),
+    );
     let done = tokio::time::timeout(Duration::from_secs(90), available).await;
     let deploy = deployments.get("web").await.expect("get deployment");
     let status = deploy.status.unwrap_or_default();
@@ -62,5 +81,7 @@ async fn server_side_apply_and_deployment_becomes_available() {
         done.is_ok() && status.available_replicas == Some(2),
         "Deployment web never became Available (status {status:?}); needs controller-manager, scheduler and KWOK"
     );
-    kix_testkit::delete_namespace(&env.client, &ns).await.expect("cleanup");
+    kix_testkit::delete_namespace(&env.client, &ns)
+        .await
+        .expect("cleanup");
 }

@@ -53,7 +53,12 @@ pub struct SourceArgs {
     pub path: Option<PathBuf>,
 
     /// Do not use the network: no substituters (`nix build --offline`).
-    #[arg(long, env = "KIX_OFFLINE")]
+    #[arg(
+        long,
+        env = "KIX_OFFLINE",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     pub offline: bool,
 }
 
@@ -170,7 +175,12 @@ impl Summary {
         );
         if !self.packages.is_empty() {
             let _ = writeln!(out, "\npackages (in apply order):");
-            let name_width = self.packages.iter().map(|p| p.name.len()).max().unwrap_or(0);
+            let name_width = self
+                .packages
+                .iter()
+                .map(|p| p.name.len())
+                .max()
+                .unwrap_or(0);
             let version_width = self
                 .packages
                 .iter()

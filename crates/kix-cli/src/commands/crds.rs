@@ -16,7 +16,10 @@ pub struct CrdsArgs {}
 pub async fn exec(_args: CrdsArgs, _global: &GlobalArgs) -> anyhow::Result<ExitCode> {
     let yaml = kix_api::crds_yaml();
     let mut stdout = io::stdout().lock();
-    match stdout.write_all(yaml.as_bytes()).and_then(|()| stdout.flush()) {
+    match stdout
+        .write_all(yaml.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         // `kix crds | head` closing the pipe early is not an error.
         Err(err) if err.kind() == io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
         result => {

@@ -5,6 +5,9 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub mod build;
+pub mod crds;
+pub mod deploy;
+pub mod plan;
 
 #[derive(Debug, Parser)]
 #[command(name = "kix", version, about = "Deploy what Nix builds to Kubernetes")]
@@ -53,10 +56,19 @@ pub enum OutputFormat {
 pub enum Command {
     /// Build a Kix cluster with Nix and summarise the manifest tree.
     Build(build::BuildArgs),
+    /// Show what a deploy would change, without changing anything.
+    Plan(plan::PlanArgs),
+    /// Build, plan, confirm, then apply, wait for health and prune.
+    Deploy(deploy::DeployArgs),
+    /// Print the CRDs of kix's records (Activation, PackageInstance).
+    Crds(crds::CrdsArgs),
 }
 
 pub async fn exec(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Build(args) => build::exec(args, &cli.global).await,
+        Command::Plan(args) => plan::exec(args, &cli.global).await,
+        Command::Deploy(args) => deploy::exec(args, &cli.global).await,
+        Command::Crds(args) => crds::exec(args, &cli.global).await,
     }
 }

@@ -1,0 +1,77 @@
+//! `kix plan <CLUSTER>`: what a deploy would change, without changing anything.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use kix_engine::plan::{Plan, PlanOptions};
+
+use super::build::SourceArgs;
+use super::{GlobalArgs, OutputFormat};
+use crate::render::{Style, plan_text};
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The Kix cluster (an attribute of `kixClusters` in the flake).
+    pub cluster: String,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t)]
+    pub output: OutputFormat,
+    /// Exit 3 when the plan has changes (a CI drift check).
+    #[arg(long)]
+    pub exit_code: bool,
+    /// List unchanged objects too.
+    #[arg(long)]
+    pub show_unchanged: bool,
+}
+
+/// Plan options shared by `plan` and `deploy`.
+#[derive(Debug, Clone, Args)]
+pub struct EngineArgs {
+    /// Compare every object with its live state and re-apply drift, instead
+    /// of trusting the digest recorded at the last apply.
+    #[arg(long)]
+    pub reconcile: bool,
+    /// Take fields other field managers own (server-side apply force).
+    #[arg(long)]
+    pub force_conflicts: bool,
+    /// Delete what the build no longer has.
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub prune: bool,
+}
+
+impl EngineArgs {
+    pub fn plan_options(&self) -> PlanOptions {
+        PlanOptions {
+            reconcile: self.reconcile,
+            force_conflicts: self.force_conflicts,
+            prune: self.prune,
+        }
+    }
+}
+
+pub async fn exec(args: PlanArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
+    let (path, build) = args
+        .source
+        .build_and_read(&args.cluster, global, &[])
+        .await?;
+    let client = crate::kube_client::client(global, build.settings.context.as_deref()).await?;
+    let plan =
+        kix_engine::plan::plan(&client, &build, path.as_str(), &args.engine.plan_options()).await?;
+    print_plan(&plan, args.output, args.show_unchanged)?;
+    if args.exit_code && plan.has_changes() {
+        return Ok(ExitCode::from(3));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn print_plan(plan: &Plan, output: OutputFormat, show_unchanged: bool) -> anyhow::Result<()> {
+    match output {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(plan)?),
+        OutputFormat::Text => print!("{}", plan_text(plan, Style::detect(), show_unchanged)),
+    }
+    Ok(())
+}

@@ -1,0 +1,140 @@
+//! Human output of plans and deploy progress. Pure functions of values, so
+//! they are snapshot-tested.
+
+use std::fmt::Write as _;
+
+use kix_engine::plan::{Action, Plan, PlannedObject};
+use kix_engine::records::CrdState;
+
+/// ANSI colors, off when NO_COLOR is set or stdout is not a terminal.
+#[derive(Debug, Clone, Copy)]
+pub struct Style {
+    pub color: bool,
+}
+
+impl Style {
+    pub fn detect() -> Style {
+        use std::io::IsTerminal;
+        Style {
+            color: std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal(),
+        }
+    }
+
+    fn paint(&self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    }
+
+    fn action(&self, action: Action) -> String {
+        let code = match action {
+            Action::Create | Action::Adopt => "32",
+            Action::Update => "33",
+            Action::Delete | Action::Replace | Action::Conflict => "31",
+            Action::Unchanged | Action::Keep => "2",
+        };
+        self.paint(code, &format!("{:<10}", action.as_str()))
+    }
+}
+
+/// The plan, grouped by package in apply order, then the prune section.
+pub fn plan_text(plan: &Plan, style: Style, show_unchanged: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Plan for Kix cluster {} ({})",
+        plan.cluster, plan.store_path
+    );
+    match (&plan.current_activation, &plan.current_path) {
+        (Some(name), Some(path)) if path == &plan.store_path => {
+            let _ = writeln!(out, "current activation: {name} (same build)");
+        }
+        (Some(name), Some(path)) => {
+            let _ = writeln!(out, "current activation: {name} ({path})");
+        }
+        _ => {
+            let _ = writeln!(out, "current activation: none");
+        }
+    }
+    match plan.kix_crds {
+        CrdState::Missing => {
+            let _ = writeln!(
+                out,
+                "\nkix CRDs: {}activations.kix.run, packageinstances.kix.run",
+                style.action(Action::Create)
+            );
+        }
+        CrdState::Outdated => {
+            let _ = writeln!(
+                out,
+                "\nkix CRDs: {}activations.kix.run, packageinstances.kix.run",
+                style.action(Action::Update)
+            );
+        }
+        CrdState::Current => {}
+    }
+    for package in &plan.packages {
+        let unchanged = package
+            .objects
+            .iter()
+            .filter(|o| o.action == Action::Unchanged)
+            .count();
+        let _ = writeln!(out, "\npackage {} {}", package.name, package.version);
+        for object in &package.objects {
+            if object.action == Action::Unchanged && !show_unchanged {
+                continue;
+            }
+            object_text(&mut out, object, style);
+        }
+        if unchanged > 0 && !show_unchanged {
+            let _ = writeln!(
+                out,
+                "  {}{unchanged} objects",
+                style.action(Action::Unchanged)
+            );
+        }
+    }
+    if !plan.prune.is_empty() {
+        let _ = writeln!(out, "\nprune (the build no longer has these)");
+        for object in &plan.prune {
+            object_text(&mut out, object, style);
+        }
+    }
+    let c = &plan.counts;
+    let _ = writeln!(
+        out,
+        "\n{} to create, {} to update, {} unchanged, {} to delete, {} to replace, {} to adopt, {} conflicts, {} kept",
+        c.create, c.update, c.unchanged, c.delete, c.replace, c.adopt, c.conflict, c.keep
+    );
+    out
+}
+
+fn object_text(out: &mut String, object: &PlannedObject, style: Style) {
+    let mut line = format!("  {}{}", style.action(object.action), object.key);
+    if object.destructive {
+        line.push_str(" (destructive: needs --accept-migrations)");
+    }
+    if !object.fields.is_empty() {
+        let _ = write!(line, " ({})", object.fields.join("; "));
+    }
+    if let Some(note) = &object.note {
+        let _ = write!(line, " [{note}]");
+    }
+    let _ = writeln!(out, "{line}");
+    for change in &object.changes {
+        let show = |v: &Option<serde_json::Value>| {
+            v.as_ref()
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "∅".into())
+        };
+        let text = format!(
+            "      {}: {} → {}",
+            change.path,
+            show(&change.old),
+            show(&change.new)
+        );
+        let _ = writeln!(out, "{}", style.paint("2", &text));
+    }
+}

@@ -1,0 +1,858 @@
+//! Executing a plan: record → apply → wait → prune → settle.
+//!
+//! Order: CRDs (until Established), Namespaces, then packages in dependency
+//! order, kinds ranked inside a package, bounded parallel server-side applies
+//! inside each rank. A package starts when its dependencies are healthy.
+//! Prune runs only after apply and health succeeded; the set it deletes is
+//! written into the Activation first.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use kix_api::{
+    Activation, ActivationSpec, Engine, FIELD_MANAGER, FailedDeletion, ObjectRef, Phase, Progress,
+    Receipt, Source,
+};
+use kix_manifest::{Build, ObjectKey};
+use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
+use kube::{Client, ResourceExt};
+use serde::Serialize;
+use tokio::sync::mpsc::UnboundedSender;
+use tracing::{info, warn};
+
+use crate::desired::Desired;
+use crate::error::{EngineError, Result};
+use crate::health::health;
+use crate::lease::{DeployLease, LeaseOptions};
+use crate::plan::{Action, Plan, PlannedObject, api_for, applied_manifest};
+use crate::records;
+use crate::wait::{WaitOptions, WaitTarget, wait_healthy};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    #[default]
+    Abort,
+    Continue,
+    Rollback,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PruneMode {
+    #[default]
+    Background,
+    Foreground,
+    Orphan,
+}
+
+/// Who deploys from where; recorded in the Activation's receipt.
+#[derive(Debug, Clone, Default)]
+pub struct ReceiptInfo {
+    pub user: String,
+    pub host: String,
+    pub flake: Option<String>,
+    pub revision: Option<String>,
+    pub rollback_from: Option<String>,
+}
+
+impl ReceiptInfo {
+    /// The local user and host.
+    pub fn local() -> ReceiptInfo {
+        let user = std::env::var("USER")
+            .or_else(|_| std::env::var("LOGNAME"))
+            .unwrap_or_else(|_| "unknown".into());
+        let host = std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "unknown".into());
+        ReceiptInfo {
+            user,
+            host,
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct DeployOptions {
+    pub timeout: Duration,
+    pub on_error: OnError,
+    pub prune: bool,
+    pub prune_mode: PruneMode,
+    pub force_conflicts: bool,
+    pub accept_migrations: bool,
+    pub allow_empty: bool,
+    pub current_activation: Option<String>,
+    pub engine: Engine,
+    pub receipt: ReceiptInfo,
+    /// Server-side applies in flight at once inside an order group.
+    pub concurrency: usize,
+    pub lease: LeaseOptions,
+    /// Lease holder identity (user@host pid N, or the operator's pod).
+    pub holder: String,
+    pub events: Option<UnboundedSender<Event>>,
+}
+
+impl Default for DeployOptions {
+    fn default() -> Self {
+        let receipt = ReceiptInfo::local();
+        DeployOptions {
+            timeout: Duration::from_secs(300),
+            on_error: OnError::Abort,
+            prune: true,
+            prune_mode: PruneMode::Background,
+            force_conflicts: false,
+            accept_migrations: false,
+            allow_empty: false,
+            current_activation: None,
+            engine: Engine::Local,
+            holder: format!(
+                "{}@{} pid {}",
+                receipt.user,
+                receipt.host,
+                std::process::id()
+            ),
+            receipt,
+            concurrency: 32,
+            lease: LeaseOptions::default(),
+            events: None,
+        }
+    }
+}
+
+/// What the engine reports while it works; front ends render it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "camelCase")]
+pub enum Event {
+    Recorded {
+        activation: String,
+    },
+    GroupStarted {
+        group: String,
+        objects: usize,
+    },
+    Applied {
+        key: String,
+        action: Action,
+    },
+    ApplyFailed {
+        key: String,
+        error: String,
+    },
+    Waiting {
+        group: String,
+        pending: Vec<String>,
+    },
+    Healthy {
+        group: String,
+        elapsed_ms: u64,
+    },
+    Unhealthy {
+        group: String,
+        reasons: Vec<String>,
+    },
+    Skipped {
+        group: String,
+        reason: String,
+    },
+    Pruned {
+        key: String,
+        action: Action,
+    },
+    PruneFailed {
+        key: String,
+        error: String,
+    },
+    Finished {
+        activation: String,
+        phase: Phase,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeployOutcome {
+    pub activation: Option<String>,
+    pub phase: Phase,
+    pub message: String,
+    pub applied: u32,
+    pub pruned: u32,
+    pub failed: u32,
+    /// Nothing to do: the build is current and nothing drifted; no request
+    /// that writes was made.
+    pub no_op: bool,
+    /// Set when `--on-error rollback` restored the previous build.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rolled_back_to: Option<String>,
+}
+
+impl DeployOutcome {
+    pub fn is_success(&self) -> bool {
+        self.phase == Phase::Active
+    }
+}
+
+fn emit(options: &DeployOptions, event: Event) {
+    if let Some(tx) = &options.events {
+        let _ = tx.send(event);
+    }
+}
+
+/// Refusals that must happen before any change.
+pub fn check_plan(plan: &Plan, build: &Build, options: &DeployOptions) -> Result<()> {
+    if let Some(expected) = &options.current_activation {
+        let found = plan
+            .current_activation
+            .clone()
+            .unwrap_or_else(|| "none".into());
+        if &found != expected {
+            return Err(EngineError::NotCurrent {
+                cluster: plan.cluster.clone(),
+                expected: expected.clone(),
+                found,
+            });
+        }
+    }
+    let conflicts = plan.conflicts();
+    if !conflicts.is_empty() && !options.force_conflicts {
+        return Err(EngineError::Conflicts(conflicts.join(", ")));
+    }
+    let accept = plan.needs_acceptance();
+    if !accept.is_empty() && !options.accept_migrations {
+        return Err(EngineError::NeedsAcceptance(accept.join(", ")));
+    }
+    if build.object_count() == 0 && options.prune && !options.allow_empty && plan.counts.delete > 0
+    {
+        return Err(EngineError::EmptyBuild(plan.cluster.clone()));
+    }
+    Ok(())
+}
+
+/// Deploys `plan` (computed from `build`). With `on_error: rollback`, a failed
+/// deploy re-applies the previous activation's build.
+pub async fn deploy(
+    client: &Client,
+    build: &Build,
+    plan: Plan,
+    options: &DeployOptions,
+) -> Result<DeployOutcome> {
+    check_plan(&plan, build, options)?;
+    if !plan.has_changes()
+        && plan.current_path.as_deref() == Some(plan.store_path.as_str())
+        && plan.current_phase == Some(Phase::Active)
+    {
+        let name = plan.current_activation.clone();
+        return Ok(DeployOutcome {
+            message: format!(
+                "nothing to do: {} is current and up to date",
+                name.as_deref().unwrap_or("?")
+            ),
+            activation: name,
+            phase: Phase::Active,
+            applied: 0,
+            pruned: 0,
+            failed: 0,
+            no_op: true,
+            rolled_back_to: None,
+        });
+    }
+    let previous = (plan.current_activation.clone(), plan.current_path.clone());
+    let lease = DeployLease::acquire(
+        client.clone(),
+        &plan.cluster,
+        &options.holder,
+        options.lease.clone(),
+    )
+    .await?;
+    let result = run(client, build, &plan, options, &lease).await;
+    lease.release().await;
+    let outcome = result?;
+    if outcome.phase == Phase::Failed && options.on_error == OnError::Rollback {
+        if let (Some(prev_name), Some(prev_path)) = previous {
+            warn!(activation = %prev_name, "deploy failed; rolling back to {prev_path}");
+            let rolled = Box::pin(rollback_to(
+                client,
+                &prev_path,
+                outcome.activation.clone(),
+                options,
+            ))
+            .await?;
+            return Ok(DeployOutcome {
+                rolled_back_to: Some(prev_name),
+                message: format!("{}; rolled back: {}", outcome.message, rolled.message),
+                ..outcome
+            });
+        }
+    }
+    Ok(outcome)
+}
+
+/// Re-applies the build at `store_path` as a new activation whose receipt
+/// names `failed` as the rollback origin.
+pub async fn rollback_to(
+    client: &Client,
+    store_path: &str,
+    from: Option<String>,
+    options: &DeployOptions,
+) -> Result<DeployOutcome> {
+    let build = kix_manifest::read_tree(
+        std::path::Path::new(store_path),
+        &kix_manifest::ReadOptions::default(),
+    )?;
+    let mut options = options.clone();
+    options.on_error = OnError::Abort;
+    options.accept_migrations = true;
+    options.current_activation = None;
+    options.receipt.rollback_from = from;
+    let plan = crate::plan::plan(
+        client,
+        &build,
+        store_path,
+        &crate::plan::PlanOptions {
+            prune: options.prune,
+            force_conflicts: true,
+            reconcile: false,
+        },
+    )
+    .await?;
+    Box::pin(deploy(client, &build, plan, &options)).await
+}
+
+async fn run(
+    client: &Client,
+    build: &Build,
+    plan: &Plan,
+    options: &DeployOptions,
+    lease: &DeployLease,
+) -> Result<DeployOutcome> {
+    if plan.kix_crds != records::CrdState::Current {
+        info!("installing kix CRDs");
+        records::install_crds(client).await?;
+    }
+    // Holding the lease, any record of this cluster still Pending or Applying
+    // was left by a deploy that died: it never finished.
+    let all = records::list_all(client).await?;
+    for stale in records::of_cluster(&all, &plan.cluster) {
+        if matches!(stale.phase_or_pending(), Phase::Pending | Phase::Applying) {
+            records::set_phase(
+                client,
+                stale,
+                Phase::Failed,
+                Some("interrupted: the deploy ended before it settled".into()),
+            )
+            .await?;
+        }
+    }
+    let sequence = Activation::sequence_in(&plan.activation, &plan.cluster).unwrap_or(1);
+    let counts = &plan.counts;
+    let spec = ActivationSpec {
+        cluster: plan.cluster.clone(),
+        source: Source {
+            path: plan.store_path.clone(),
+            flake: options.receipt.flake.clone(),
+            revision: options.receipt.revision.clone(),
+        },
+        receipt: Receipt {
+            user: options.receipt.user.clone(),
+            host: options.receipt.host.clone(),
+            kix_version: env!("CARGO_PKG_VERSION").to_string(),
+            time: chrono::Utc::now(),
+            plan_digest: plan.digest.clone(),
+            counts: kix_api::Counts {
+                create: counts.create,
+                update: counts.update,
+                unchanged: counts.unchanged,
+                delete: counts.delete,
+                replace: counts.replace,
+                adopt: counts.adopt,
+            },
+            accepted_migrations: if options.accept_migrations {
+                plan.needs_acceptance()
+            } else {
+                vec![]
+            },
+            rollback_from: options.receipt.rollback_from.clone(),
+        },
+        engine: options.engine,
+    };
+    let record = records::create(client, sequence, spec, plan.kinds.clone()).await?;
+    let name = record.name_any();
+    emit(
+        options,
+        Event::Recorded {
+            activation: name.clone(),
+        },
+    );
+    // Keep the build alive in the Nix store until the record is retired.
+    if let Ok(path) = kix_manifest::StorePath::parse(&plan.store_path) {
+        if let Err(err) = kix_nix::GcRoots::from_env().add(&plan.cluster, &name, &path) {
+            warn!("could not add a Nix GC root for {path}: {err}");
+        }
+    }
+    let mut status = record.status.clone().unwrap_or_default();
+    status.phase = Some(Phase::Applying);
+    status.objects = Some(build.object_count() as u32);
+    status.progress = Some(Progress {
+        total: build.object_count() as u32,
+        ..Default::default()
+    });
+    let record = records::set_status(client, &name, &status).await?;
+
+    let started = Instant::now();
+    let deadline = started + options.timeout;
+    let mut state = RunState::default();
+
+    // Group order: CRDs, Namespaces, then each package (dependency order).
+    let planned: BTreeMap<&ObjectKey, &PlannedObject> = plan
+        .packages
+        .iter()
+        .flat_map(|p| &p.objects)
+        .map(|o| (&o.key, o))
+        .collect();
+    let mut groups: Vec<(String, Vec<&Desired>, Vec<String>)> = Vec::new();
+    let crds: Vec<&Desired> = plan.desired.iter().filter(|d| d.is_crd()).collect();
+    let namespaces: Vec<&Desired> = plan.desired.iter().filter(|d| d.is_namespace()).collect();
+    if !crds.is_empty() {
+        groups.push(("CustomResourceDefinitions".into(), crds, vec![]));
+    }
+    if !namespaces.is_empty() {
+        groups.push(("Namespaces".into(), namespaces, vec![]));
+    }
+    for package in &build.packages {
+        let objects: Vec<&Desired> = plan
+            .desired
+            .iter()
+            .filter(|d| d.package == package.name && !d.is_crd() && !d.is_namespace())
+            .collect();
+        groups.push((
+            format!("package {}", package.name),
+            objects,
+            package
+                .depends_on
+                .iter()
+                .map(|d| format!("package {d}"))
+                .collect(),
+        ));
+    }
+
+    let mut failed_groups: BTreeSet<String> = BTreeSet::new();
+    let mut aborted = false;
+    for (group, objects, deps) in &groups {
+        if aborted {
+            break;
+        }
+        if let Some(dep) = deps.iter().find(|d| failed_groups.contains(*d)) {
+            emit(
+                options,
+                Event::Skipped {
+                    group: group.clone(),
+                    reason: format!("{dep} is not healthy"),
+                },
+            );
+            failed_groups.insert(group.clone());
+            state
+                .messages
+                .push(format!("{group} skipped: {dep} is not healthy"));
+            continue;
+        }
+        lease.check().map_err(EngineError::Lease)?;
+        let ok = apply_group(
+            client, group, objects, &planned, options, deadline, &mut state,
+        )
+        .await;
+        if !ok {
+            failed_groups.insert(group.clone());
+            if options.on_error != OnError::Continue {
+                aborted = true;
+            }
+        }
+        let mut progress = status.progress.clone().unwrap_or_default();
+        progress.applied = state.applied;
+        progress.failed = state.failed;
+        progress.healthy = state.healthy;
+        status.progress = Some(progress);
+        records::set_status(client, &name, &status).await?;
+    }
+
+    let healthy = failed_groups.is_empty();
+    if healthy && options.prune {
+        prune(client, plan, options, &name, &mut status, &mut state).await?;
+    }
+
+    let phase = if aborted {
+        Phase::Failed
+    } else if !healthy || !status.failed_deletions.is_empty() {
+        Phase::Degraded
+    } else {
+        Phase::Active
+    };
+    let message = if state.messages.is_empty() {
+        format!(
+            "{} objects applied, {} pruned in {:.1}s",
+            state.applied,
+            state.pruned,
+            started.elapsed().as_secs_f64()
+        )
+    } else {
+        state.messages.join("; ")
+    };
+    status.phase = Some(phase);
+    status.message = Some(message.clone());
+    status.pending_prune.clear();
+    if let Some(p) = status.progress.as_mut() {
+        p.pruned = state.pruned;
+    }
+    let _ = record;
+    records::set_status(client, &name, &status).await?;
+    if matches!(phase, Phase::Active | Phase::Degraded) {
+        supersede_older(client, &plan.cluster, &name).await?;
+    }
+    emit(
+        options,
+        Event::Finished {
+            activation: name.clone(),
+            phase,
+            message: message.clone(),
+        },
+    );
+    Ok(DeployOutcome {
+        activation: Some(name),
+        phase,
+        message,
+        applied: state.applied,
+        pruned: state.pruned,
+        failed: state.failed,
+        no_op: false,
+        rolled_back_to: None,
+    })
+}
+
+#[derive(Default)]
+struct RunState {
+    applied: u32,
+    healthy: u32,
+    failed: u32,
+    pruned: u32,
+    messages: Vec<String>,
+}
+
+/// Applies one group (rank by rank, bounded parallel) and waits for it to be
+/// healthy. Returns false when an object failed or did not become healthy.
+async fn apply_group(
+    client: &Client,
+    group: &str,
+    objects: &[&Desired],
+    planned: &BTreeMap<&ObjectKey, &PlannedObject>,
+    options: &DeployOptions,
+    deadline: Instant,
+    state: &mut RunState,
+) -> bool {
+    let writes: Vec<(&Desired, &PlannedObject)> = objects
+        .iter()
+        .filter_map(|d| planned.get(&d.key).map(|p| (*d, *p)))
+        .filter(|(_, p)| p.action != Action::Unchanged)
+        .collect();
+    if writes.is_empty() {
+        return true;
+    }
+    emit(
+        options,
+        Event::GroupStarted {
+            group: group.to_string(),
+            objects: writes.len(),
+        },
+    );
+    let started = Instant::now();
+    let mut ok = true;
+    let mut to_wait: Vec<WaitTarget> = Vec::new();
+    let mut ranks: BTreeMap<u8, Vec<(&Desired, &PlannedObject)>> = BTreeMap::new();
+    for w in writes {
+        ranks.entry(w.0.rank).or_default().push(w);
+    }
+    for (_, batch) in ranks {
+        let results: Vec<(
+            &Desired,
+            &PlannedObject,
+            std::result::Result<serde_json::Value, String>,
+        )> = stream::iter(
+            batch
+                .into_iter()
+                .map(|(d, p)| async move { (d, p, apply_one(client, d, p, options).await) }),
+        )
+        .buffer_unordered(options.concurrency.max(1))
+        .collect()
+        .await;
+        for (d, p, result) in results {
+            match result {
+                Ok(applied) => {
+                    state.applied += 1;
+                    emit(
+                        options,
+                        Event::Applied {
+                            key: d.key.to_string(),
+                            action: p.action,
+                        },
+                    );
+                    if health(&applied).is_ready() {
+                        state.healthy += 1;
+                    } else {
+                        to_wait.push(WaitTarget {
+                            resource: d.resource.api.clone(),
+                            namespace: d.key.namespace.clone(),
+                            name: d.key.name.clone(),
+                        });
+                    }
+                }
+                Err(error) => {
+                    ok = false;
+                    state.failed += 1;
+                    state.messages.push(format!("{}: {error}", d.key));
+                    emit(
+                        options,
+                        Event::ApplyFailed {
+                            key: d.key.to_string(),
+                            error,
+                        },
+                    );
+                    if options.on_error != OnError::Continue {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+    if !to_wait.is_empty() {
+        emit(
+            options,
+            Event::Waiting {
+                group: group.to_string(),
+                pending: to_wait.iter().map(target_name).collect(),
+            },
+        );
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        let wait_options = WaitOptions {
+            timeout,
+            fail_fast_on_degraded: true,
+            ..WaitOptions::default()
+        };
+        match wait_healthy(client.clone(), to_wait, wait_options).await {
+            Ok(report) if report.is_success() => state.healthy += report.ready.len() as u32,
+            Ok(report) => {
+                state.healthy += report.ready.len() as u32;
+                let mut reasons: Vec<String> = report
+                    .degraded
+                    .iter()
+                    .map(|(t, r)| format!("{} degraded: {r}", target_name(t)))
+                    .chain(
+                        report
+                            .not_ready
+                            .iter()
+                            .map(|(t, r)| format!("{} not healthy: {r}", target_name(t))),
+                    )
+                    .collect();
+                if report.timed_out {
+                    reasons.insert(0, format!("timed out after {}s", options.timeout.as_secs()));
+                }
+                state
+                    .messages
+                    .push(format!("{group}: {}", reasons.join(", ")));
+                emit(
+                    options,
+                    Event::Unhealthy {
+                        group: group.to_string(),
+                        reasons,
+                    },
+                );
+                return false;
+            }
+            Err(err) => {
+                state
+                    .messages
+                    .push(format!("{group}: waiting failed: {err}"));
+                return false;
+            }
+        }
+    }
+    if ok {
+        emit(
+            options,
+            Event::Healthy {
+                group: group.to_string(),
+                elapsed_ms: started.elapsed().as_millis() as u64,
+            },
+        );
+    }
+    ok
+}
+
+fn target_name(t: &WaitTarget) -> String {
+    match &t.namespace {
+        Some(ns) => format!("{} {ns}/{}", t.resource.kind, t.name),
+        None => format!("{} {}", t.resource.kind, t.name),
+    }
+}
+
+/// One server-side apply (or delete-then-create for a replace).
+async fn apply_one(
+    client: &Client,
+    d: &Desired,
+    p: &PlannedObject,
+    options: &DeployOptions,
+) -> std::result::Result<serde_json::Value, String> {
+    let api = api_for(client, d);
+    if p.action == Action::Replace {
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Foreground),
+            ..Default::default()
+        };
+        match api.delete(&d.key.name, &params).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        // Wait until it is gone before creating it again.
+        let gone = kube::runtime::wait::await_condition(
+            api.clone(),
+            &d.key.name,
+            kube::runtime::wait::conditions::is_deleted(""),
+        );
+        let _ = tokio::time::timeout(options.timeout, gone).await;
+    }
+    let mut params = PatchParams::apply(FIELD_MANAGER);
+    if options.force_conflicts || matches!(p.action, Action::Adopt | Action::Conflict) {
+        params.force = true;
+    }
+    let manifest = applied_manifest(d, &p.activations);
+    api.patch(&d.key.name, &params, &Patch::Apply(&manifest))
+        .await
+        .map(|o| serde_json::to_value(o).unwrap_or_default())
+        .map_err(|e| e.to_string())
+}
+
+async fn prune(
+    client: &Client,
+    plan: &Plan,
+    options: &DeployOptions,
+    name: &str,
+    status: &mut kix_api::ActivationStatus,
+    state: &mut RunState,
+) -> Result<()> {
+    let work: Vec<&PlannedObject> = plan
+        .prune
+        .iter()
+        .filter(|o| {
+            o.action == Action::Delete || o.note.as_deref() == Some(crate::plan::NOTE_SHARED)
+        })
+        .collect();
+    if work.is_empty() {
+        return Ok(());
+    }
+    // Written before the first deletion: an interrupted prune resumes with it.
+    status.pending_prune = work
+        .iter()
+        .filter(|o| o.action == Action::Delete)
+        .map(|o| {
+            ObjectRef::new(
+                o.api_version.clone(),
+                o.key.kind.clone(),
+                o.key.namespace.clone(),
+                o.key.name.clone(),
+            )
+        })
+        .collect();
+    records::set_status(client, name, status).await?;
+    let mut resources = crate::resources::Resources::new(client.clone());
+    let propagation = match options.prune_mode {
+        PruneMode::Background => PropagationPolicy::Background,
+        PruneMode::Foreground => PropagationPolicy::Foreground,
+        PruneMode::Orphan => PropagationPolicy::Orphan,
+    };
+    for o in work {
+        let Some(resource) = resources.get(&o.api_version, &o.key.kind).await? else {
+            continue;
+        };
+        let api: kube::Api<kube::api::DynamicObject> = match &o.key.namespace {
+            Some(ns) => kube::Api::namespaced_with(client.clone(), ns, &resource.api),
+            None => kube::Api::all_with(client.clone(), &resource.api),
+        };
+        let result = if o.action == Action::Delete {
+            let params = DeleteParams {
+                propagation_policy: Some(propagation.clone()),
+                ..Default::default()
+            };
+            match api.delete(&o.key.name, &params).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        } else {
+            // Shared: only this cluster's entry leaves the annotation.
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                kix_api::ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&o.activations)
+            }}});
+            api.patch(&o.key.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        match result {
+            Ok(()) => {
+                if o.action == Action::Delete {
+                    state.pruned += 1;
+                }
+                emit(
+                    options,
+                    Event::Pruned {
+                        key: o.key.to_string(),
+                        action: o.action,
+                    },
+                );
+            }
+            Err(error) => {
+                status.failed_deletions.push(FailedDeletion {
+                    object: ObjectRef::new(
+                        o.api_version.clone(),
+                        o.key.kind.clone(),
+                        o.key.namespace.clone(),
+                        o.key.name.clone(),
+                    ),
+                    reason: error.clone(),
+                });
+                state
+                    .messages
+                    .push(format!("could not prune {}: {error}", o.key));
+                emit(
+                    options,
+                    Event::PruneFailed {
+                        key: o.key.to_string(),
+                        error,
+                    },
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Marks every older record of the cluster that is not already Superseded.
+pub async fn supersede_older(client: &Client, cluster: &str, current: &str) -> Result<()> {
+    let all = records::list_all(client).await?;
+    let current_seq = Activation::sequence_in(current, cluster).unwrap_or(0);
+    for record in records::of_cluster(&all, cluster) {
+        let older = record.sequence().is_some_and(|s| s < current_seq);
+        if older && matches!(record.phase(), Some(Phase::Active | Phase::Degraded)) {
+            records::set_phase(
+                client,
+                record,
+                Phase::Superseded,
+                Some(format!("superseded by {current}")),
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}

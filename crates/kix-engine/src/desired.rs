@@ -1,0 +1,106 @@
+//! The desired state: the build's objects with their API resource, their
+//! namespace settled by the kind's scope, and kix's ownership labels and digest.
+
+use std::path::PathBuf;
+
+use kix_api::{
+    ANNOTATION_DIGEST, LABEL_MANAGED_BY, LABEL_OWNER, LABEL_PACKAGE, MANAGED_BY_VALUE, owner_value,
+};
+use kix_manifest::{Build, ObjectKey, canonical_digest, kind_rank};
+use serde_json::{Value, json};
+
+use crate::error::{EngineError, Result};
+use crate::resources::{Resource, Resources, scoped_key};
+
+/// Namespace for a namespaced object that names none and whose package sets none.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+#[derive(Debug, Clone)]
+pub struct Desired {
+    pub key: ObjectKey,
+    pub api_version: String,
+    pub package: String,
+    pub resource: Resource,
+    /// The manifest as kix applies it, labels and digest included; the
+    /// activations annotation is added at apply time.
+    pub manifest: Value,
+    /// Digest of the manifest as applied (without the digest annotation and
+    /// the activations annotation): the next plan's fast path.
+    pub digest: String,
+    pub source: PathBuf,
+    pub rank: u8,
+}
+
+impl Desired {
+    pub fn is_crd(&self) -> bool {
+        self.key.kind == "CustomResourceDefinition" && self.key.group == "apiextensions.k8s.io"
+    }
+
+    pub fn is_namespace(&self) -> bool {
+        self.key.kind == "Namespace" && self.key.group.is_empty()
+    }
+}
+
+/// Resolves every object of the build. Fails, naming the file, on a kind that
+/// neither the apiserver nor the build's CRDs define.
+pub async fn desired_objects(build: &Build, resources: &mut Resources) -> Result<Vec<Desired>> {
+    resources.learn_build_crds(build);
+    let mut out = Vec::with_capacity(build.object_count());
+    for object in build.objects() {
+        let resource = resources
+            .get(&object.api_version, &object.key.kind)
+            .await?
+            .ok_or_else(|| EngineError::UnknownKind {
+                api_version: object.api_version.clone(),
+                kind: object.key.kind.clone(),
+                source_file: object.source.display().to_string(),
+            })?;
+        let mut key = scoped_key(&object.key, resource.namespaced);
+        let mut manifest = object.manifest.clone();
+        if resource.namespaced {
+            let ns = key
+                .namespace
+                .clone()
+                .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+            manifest["metadata"]["namespace"] = json!(ns);
+            key.namespace = Some(ns);
+        } else if let Some(meta) = manifest["metadata"].as_object_mut() {
+            meta.remove("namespace");
+        }
+        let digest = stamp(&mut manifest, &key, &object.package);
+        out.push(Desired {
+            rank: kind_rank(&key.group, &key.kind),
+            key,
+            api_version: object.api_version.clone(),
+            package: object.package.clone(),
+            resource,
+            manifest,
+            digest,
+            source: object.source.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// Adds kix's labels, computes the digest, adds the digest annotation.
+fn stamp(manifest: &mut Value, key: &ObjectKey, package: &str) -> String {
+    let meta = &mut manifest["metadata"];
+    if !meta["labels"].is_object() {
+        meta["labels"] = json!({});
+    }
+    meta["labels"][LABEL_MANAGED_BY] = json!(MANAGED_BY_VALUE);
+    meta["labels"][LABEL_PACKAGE] = json!(package);
+    meta["labels"][LABEL_OWNER] = json!(owner_value(
+        &key.group,
+        &key.kind,
+        key.namespace.as_deref(),
+        &key.name
+    ));
+    let digest = canonical_digest(manifest);
+    let meta = &mut manifest["metadata"];
+    if !meta["annotations"].is_object() {
+        meta["annotations"] = json!({});
+    }
+    meta["annotations"][ANNOTATION_DIGEST] = json!(digest);
+    digest
+}

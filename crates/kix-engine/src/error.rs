@@ -1,0 +1,62 @@
+//! Engine errors. Each variant names the object, record or file at fault.
+
+use kix_manifest::ObjectKey;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("reading the build: {0}")]
+    Tree(#[from] kix_manifest::TreeError),
+    #[error("the build is for Kix cluster {found:?}, not {expected:?}")]
+    ClusterMismatch { expected: String, found: String },
+    #[error(
+        "unknown kind {api_version} {kind} ({source_file}): the apiserver does not serve it and no CRD in the build defines it"
+    )]
+    UnknownKind {
+        api_version: String,
+        kind: String,
+        source_file: String,
+    },
+    #[error("listing {kind}: {source}")]
+    List {
+        kind: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{action} {key}: {source}")]
+    Object {
+        action: &'static str,
+        key: ObjectKey,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{0}")]
+    Api(#[from] kube::Error),
+    #[error("Activation records: {0}")]
+    Records(String),
+    #[error("the plan needs --accept-migrations: {0}")]
+    NeedsAcceptance(String),
+    #[error(
+        "the plan has conflicts (fields owned by other managers); rerun with --force-conflicts to take them: {0}"
+    )]
+    Conflicts(String),
+    #[error("{0}")]
+    Lease(#[from] crate::lease::LeaseError),
+    #[error(
+        "the build has no objects: refusing to prune everything Kix cluster {0:?} owns (pass --allow-empty)"
+    )]
+    EmptyBuild(String),
+    #[error(
+        "--current-activation {expected}: the current activation of Kix cluster {cluster:?} is {found}"
+    )]
+    NotCurrent {
+        cluster: String,
+        expected: String,
+        found: String,
+    },
+    #[error("waiting: {0}")]
+    Wait(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -1,0 +1,160 @@
+//! The live state kix owns: one LIST per kind with kix's label selector, read
+//! as metadata only (the digest annotation is the plan's fast path).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use kix_api::{
+    ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, ANNOTATION_PRUNE, LABEL_OWNER, PRUNE_DISABLED,
+    owner_value,
+};
+use kix_manifest::ObjectKey;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::PartialObjectMeta;
+use kube::discovery::ApiResource;
+use kube::{Client, ResourceExt};
+
+use crate::error::{EngineError, Result};
+
+/// What the plan needs to know of one live object.
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub key: ObjectKey,
+    pub api_version: String,
+    pub resource: ApiResource,
+    pub namespaced: bool,
+    /// Labelled by kix *and* the owner label names this object's identity.
+    pub owned: bool,
+    pub digest: Option<String>,
+    pub activations: BTreeSet<String>,
+    pub prune_disabled: bool,
+    pub deleting: bool,
+}
+
+/// How many LISTs run at once.
+const LIST_CONCURRENCY: usize = 8;
+
+/// Lists every kind in `kinds` once, cluster-wide, with `selector`; returns
+/// the objects by key.
+pub async fn list_kinds(
+    client: &Client,
+    kinds: Vec<(ApiResource, bool)>,
+    selector: Option<&str>,
+) -> Result<HashMap<ObjectKey, Live>> {
+    let lists = stream::iter(kinds.into_iter().map(|(resource, namespaced)| {
+        let client = client.clone();
+        let selector = selector.map(str::to_string);
+        async move {
+            let api: Api<DynamicObject> = Api::all_with(client, &resource);
+            let mut params = ListParams::default();
+            if let Some(selector) = &selector {
+                params = params.labels(selector);
+            }
+            let list = match api.list_metadata(&params).await {
+                Ok(list) => list.items,
+                // A kind whose CRD is not installed yet has no objects.
+                Err(kube::Error::Api(status)) if status.code == 404 => vec![],
+                Err(source) => {
+                    return Err(EngineError::List {
+                        kind: resource.kind.clone(),
+                        source,
+                    });
+                }
+            };
+            Ok(list
+                .into_iter()
+                .map(|meta| to_live(meta, &resource, namespaced))
+                .collect::<Vec<_>>())
+        }
+    }))
+    .buffer_unordered(LIST_CONCURRENCY)
+    .try_collect::<Vec<_>>()
+    .await?;
+    Ok(lists
+        .into_iter()
+        .flatten()
+        .map(|live| (live.key.clone(), live))
+        .collect())
+}
+
+/// Lists `kind` in the given namespaces (or cluster-wide), without selector:
+/// finds objects that exist without kix's labels (candidates for adoption).
+pub async fn list_unlabelled(
+    client: &Client,
+    resource: &ApiResource,
+    namespaced: bool,
+    namespaces: &BTreeSet<Option<String>>,
+) -> Result<HashMap<ObjectKey, Live>> {
+    let mut out = HashMap::new();
+    for ns in namespaces {
+        let api: Api<DynamicObject> = match (namespaced, ns) {
+            (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, resource),
+            _ => Api::all_with(client.clone(), resource),
+        };
+        let items = match api.list_metadata(&ListParams::default()).await {
+            Ok(list) => list.items,
+            Err(kube::Error::Api(status)) if status.code == 404 => vec![],
+            Err(source) => {
+                return Err(EngineError::List {
+                    kind: resource.kind.clone(),
+                    source,
+                });
+            }
+        };
+        for meta in items {
+            let live = to_live(meta, resource, namespaced);
+            out.insert(live.key.clone(), live);
+        }
+    }
+    Ok(out)
+}
+
+fn to_live(
+    meta: PartialObjectMeta<DynamicObject>,
+    resource: &ApiResource,
+    namespaced: bool,
+) -> Live {
+    let key = ObjectKey {
+        group: resource.group.clone(),
+        kind: resource.kind.clone(),
+        namespace: if namespaced { meta.namespace() } else { None },
+        name: meta.name_any(),
+    };
+    let labels = meta.labels();
+    let annotations = meta.annotations();
+    let owned = labels.get(LABEL_OWNER).is_some_and(|v| {
+        *v == owner_value(&key.group, &key.kind, key.namespace.as_deref(), &key.name)
+    });
+    Live {
+        owned,
+        digest: annotations.get(ANNOTATION_DIGEST).cloned(),
+        activations: annotations
+            .get(ANNOTATION_ACTIVATIONS)
+            .map(|v| kix_api::labels::parse_activations(v))
+            .unwrap_or_default(),
+        prune_disabled: annotations
+            .get(ANNOTATION_PRUNE)
+            .is_some_and(|v| v == PRUNE_DISABLED),
+        deleting: meta.metadata.deletion_timestamp.is_some(),
+        api_version: resource.api_version.clone(),
+        resource: resource.clone(),
+        namespaced,
+        key,
+    }
+}
+
+/// Which Kix cluster an activation name belongs to: the record's cluster when
+/// the record exists, else the `<cluster>-<n>` form of the name.
+pub fn activation_clusters(records: &[kix_api::Activation]) -> BTreeMap<String, String> {
+    records
+        .iter()
+        .filter_map(|r| Some((r.metadata.name.clone()?, r.cluster_name().to_string())))
+        .collect()
+}
+
+pub fn belongs_to(activation: &str, cluster: &str, clusters: &BTreeMap<String, String>) -> bool {
+    match clusters.get(activation) {
+        Some(c) => c == cluster,
+        None => kix_api::Activation::sequence_in(activation, cluster).is_some(),
+    }
+}

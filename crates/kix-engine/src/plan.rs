@@ -1,0 +1,630 @@
+//! The plan: what a deploy of a build would do to the live cluster, object by
+//! object. A value: `kix plan` prints it, `kix deploy` executes it.
+//!
+//! Reads only: one LIST per kind (metadata, kix's label selector), discovery,
+//! and a server-side dry-run apply for the objects whose content changed.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use futures::{StreamExt, stream};
+use kix_api::{Activation, FIELD_MANAGER};
+use kix_manifest::{Build, ObjectKey, canonical_digest};
+use kube::Client;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::desired::{Desired, desired_objects};
+use crate::diff::{FieldChange, diff, drifted_fields};
+use crate::error::{EngineError, Result};
+use crate::live::{Live, activation_clusters, belongs_to, list_kinds, list_unlabelled};
+use crate::records::{self, CrdState};
+use crate::resources::{Resources, Served, split_api_version};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Create,
+    Update,
+    Unchanged,
+    Replace,
+    Adopt,
+    Conflict,
+    Delete,
+    /// Not deleted although the build dropped it (shared, prune disabled).
+    Keep,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Create => "create",
+            Action::Update => "update",
+            Action::Unchanged => "unchanged",
+            Action::Replace => "replace",
+            Action::Adopt => "adopt",
+            Action::Conflict => "conflict",
+            Action::Delete => "delete",
+            Action::Keep => "keep",
+        }
+    }
+
+    pub fn writes(self) -> bool {
+        !matches!(self, Action::Unchanged)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedObject {
+    pub key: ObjectKey,
+    pub api_version: String,
+    pub package: String,
+    pub action: Action,
+    /// Field-level changes (update, adopt, replace); Secret values redacted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<FieldChange>,
+    /// Immutable fields (replace) or contested fields (conflict).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<String>,
+    /// Deleting it loses data or other objects (CRD, Namespace, PVC).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub destructive: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The activations annotation the object will carry (apply) or keep (trim).
+    #[serde(skip)]
+    pub activations: BTreeSet<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PackagePlan {
+    pub name: String,
+    pub version: String,
+    pub objects: Vec<PlannedObject>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Counts {
+    pub create: u32,
+    pub update: u32,
+    pub unchanged: u32,
+    pub replace: u32,
+    pub adopt: u32,
+    pub conflict: u32,
+    pub delete: u32,
+    pub keep: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub cluster: String,
+    pub store_path: String,
+    pub current_activation: Option<String>,
+    pub current_path: Option<String>,
+    pub current_phase: Option<kix_api::Phase>,
+    /// The name the deploy of this plan records (`<cluster>-<n>`); applied
+    /// objects name it in their activations annotation.
+    pub activation: String,
+    /// kix's own CRDs: installed or upgraded before anything else.
+    pub kix_crds: CrdState,
+    pub packages: Vec<PackagePlan>,
+    /// Objects the build no longer has (delete, or keep with the reason).
+    pub prune: Vec<PlannedObject>,
+    pub counts: Counts,
+    /// Digest of the plan's actions, recorded in the receipt.
+    pub digest: String,
+    /// Kinds (apiVersion/Kind) of the build, recorded in the Activation so a
+    /// later prune knows which kinds to list.
+    pub kinds: Vec<String>,
+    #[serde(skip)]
+    pub desired: Vec<Desired>,
+}
+
+impl Plan {
+    /// Whether executing the plan changes anything in the cluster.
+    pub fn has_changes(&self) -> bool {
+        self.kix_crds != CrdState::Current
+            || self
+                .objects()
+                .any(|o| o.action.writes() && o.action != Action::Keep)
+            || self
+                .prune
+                .iter()
+                .any(|o| o.action == Action::Keep && o.note.as_deref() == Some(NOTE_SHARED))
+    }
+
+    pub fn objects(&self) -> impl Iterator<Item = &PlannedObject> {
+        self.packages
+            .iter()
+            .flat_map(|p| &p.objects)
+            .chain(&self.prune)
+    }
+
+    /// What `--accept-migrations` must accept: replaces, adoptions and
+    /// destructive deletions.
+    pub fn needs_acceptance(&self) -> Vec<String> {
+        self.objects()
+            .filter(|o| {
+                matches!(o.action, Action::Replace | Action::Adopt)
+                    || (o.action == Action::Delete && o.destructive)
+            })
+            .map(|o| match o.action {
+                Action::Replace => format!("replace {} ({})", o.key, o.fields.join(", ")),
+                Action::Adopt => format!("adopt {}", o.key),
+                _ => format!("delete {} (destructive)", o.key),
+            })
+            .collect()
+    }
+
+    pub fn conflicts(&self) -> Vec<String> {
+        self.objects()
+            .filter(|o| o.action == Action::Conflict)
+            .map(|o| format!("{} ({})", o.key, o.fields.join("; ")))
+            .collect()
+    }
+
+    pub fn desired_for(&self, key: &ObjectKey) -> Option<&Desired> {
+        self.desired.iter().find(|d| &d.key == key)
+    }
+}
+
+pub const NOTE_SHARED: &str =
+    "another Kix cluster's current build has it: only this cluster's entry is removed";
+pub const NOTE_PRUNE_DISABLED: &str = "annotated kix.run/prune: disabled";
+
+#[derive(Debug, Clone, Default)]
+pub struct PlanOptions {
+    /// Compare every object with its live state instead of trusting digests.
+    pub reconcile: bool,
+    /// Take fields other managers own (server-side apply force).
+    pub force_conflicts: bool,
+    /// Plan deletions of what the build dropped.
+    pub prune: bool,
+}
+
+/// How many dry-runs run at once.
+const DRY_RUN_CONCURRENCY: usize = 16;
+
+/// Plans `build` (read from `store_path`) against the live cluster.
+pub async fn plan(
+    client: &Client,
+    build: &Build,
+    store_path: &str,
+    options: &PlanOptions,
+) -> Result<Plan> {
+    let cluster = build.cluster.clone();
+    let kix_crds = records::crds_status(client).await?;
+    let all_records = records::list_all(client).await?;
+    let clusters = activation_clusters(&all_records);
+    let current = records::current(&all_records, &cluster);
+    let activation = Activation::name_for(&cluster, records::next_sequence(&all_records, &cluster));
+
+    let mut resources = Resources::new(client.clone());
+    let desired = desired_objects(build, &mut resources).await?;
+    let kinds: Vec<String> = desired
+        .iter()
+        .map(|d| format!("{}/{}", d.api_version, d.key.kind))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+
+    // Kinds to list: the build's, plus those this cluster's records name (so
+    // objects of a kind the build dropped entirely are still pruned).
+    let mut kind_list: BTreeMap<(String, String), (kube::discovery::ApiResource, bool)> =
+        BTreeMap::new();
+    for d in &desired {
+        if d.resource.served == Served::Yes {
+            kind_list.insert(
+                (d.resource.api.group.clone(), d.key.kind.clone()),
+                (d.resource.api.clone(), d.resource.namespaced),
+            );
+        }
+    }
+    for record in records::of_cluster(&all_records, &cluster) {
+        for kind in record.status.iter().flat_map(|s| &s.kinds) {
+            let Some((api_version, kind)) = kind.rsplit_once('/') else {
+                continue;
+            };
+            let (group, _) = split_api_version(api_version);
+            if kind_list.contains_key(&(group.to_string(), kind.to_string())) {
+                continue;
+            }
+            if let Some(r) = resources.get(api_version, kind).await? {
+                if r.served == Served::Yes {
+                    kind_list.insert((group.to_string(), kind.to_string()), (r.api, r.namespaced));
+                }
+            }
+        }
+    }
+    let live = list_kinds(
+        client,
+        kind_list.into_values().collect(),
+        Some(&kix_api::labels::managed_selector()),
+    )
+    .await?;
+
+    // Desired objects with no owned live counterpart: created or adopted.
+    let mut missing: BTreeMap<
+        (String, String),
+        (kube::discovery::ApiResource, bool, BTreeSet<Option<String>>),
+    > = BTreeMap::new();
+    for d in &desired {
+        let owned = live.get(&d.key).is_some_and(|l| l.owned);
+        if !owned && d.resource.served == Served::Yes {
+            missing
+                .entry((d.resource.api.group.clone(), d.key.kind.clone()))
+                .or_insert_with(|| {
+                    (
+                        d.resource.api.clone(),
+                        d.resource.namespaced,
+                        BTreeSet::new(),
+                    )
+                })
+                .2
+                .insert(d.key.namespace.clone());
+        }
+    }
+    let mut unlabelled: HashMap<ObjectKey, Live> = HashMap::new();
+    for (resource, namespaced, namespaces) in missing.into_values() {
+        unlabelled.extend(list_unlabelled(client, &resource, namespaced, &namespaces).await?);
+    }
+
+    // Reconcile mode reads the full live objects of the kinds it compares.
+    let full = if options.reconcile {
+        fetch_full(client, &desired, &live).await?
+    } else {
+        HashMap::new()
+    };
+
+    let creating_namespaces: BTreeSet<String> = desired
+        .iter()
+        .filter(|d| {
+            d.is_namespace() && !live.contains_key(&d.key) && !unlabelled.contains_key(&d.key)
+        })
+        .map(|d| d.key.name.clone())
+        .collect();
+
+    let mut first_pass = Vec::with_capacity(desired.len());
+    for d in &desired {
+        let live_obj = live.get(&d.key).filter(|l| l.owned);
+        let (action, mut activations) = match live_obj {
+            Some(l) => {
+                let mine = l
+                    .activations
+                    .iter()
+                    .any(|a| belongs_to(a, &cluster, &clusters));
+                let same = l.digest.as_deref() == Some(d.digest.as_str()) && mine && !l.deleting;
+                let drift = options.reconcile
+                    && same
+                    && full
+                        .get(&d.key)
+                        .is_some_and(|obj| !drifted_fields(&d.manifest, obj).is_empty());
+                (
+                    if same && !drift {
+                        Action::Unchanged
+                    } else {
+                        Action::Update
+                    },
+                    l.activations.clone(),
+                )
+            }
+            None if unlabelled.contains_key(&d.key) || live.contains_key(&d.key) => {
+                (Action::Adopt, BTreeSet::new())
+            }
+            None => (Action::Create, BTreeSet::new()),
+        };
+        if action != Action::Unchanged {
+            // This cluster's entry becomes the new activation; other clusters' stay.
+            activations.retain(|a| !belongs_to(a, &cluster, &clusters));
+            activations.insert(activation.clone());
+        }
+        first_pass.push(PlannedObject {
+            key: d.key.clone(),
+            api_version: d.api_version.clone(),
+            package: d.package.clone(),
+            action,
+            changes: vec![],
+            fields: vec![],
+            destructive: false,
+            note: None,
+            activations,
+        });
+    }
+
+    // Server-side dry-run of everything that would be written.
+    let checked: Vec<PlannedObject> = stream::iter(first_pass.into_iter().zip(desired.iter()).map(
+        |(planned, d)| {
+            let client = client.clone();
+            let creating_namespaces = &creating_namespaces;
+            let full = &full;
+            async move {
+                dry_run(
+                    &client,
+                    planned,
+                    d,
+                    options,
+                    creating_namespaces,
+                    full.get(&d.key),
+                )
+                .await
+            }
+        },
+    ))
+    .buffered(DRY_RUN_CONCURRENCY)
+    .collect::<Vec<Result<PlannedObject>>>()
+    .await
+    .into_iter()
+    .collect::<Result<_>>()?;
+
+    let mut packages: Vec<PackagePlan> = build
+        .packages
+        .iter()
+        .map(|p| PackagePlan {
+            name: p.name.clone(),
+            version: p.version.clone(),
+            objects: vec![],
+        })
+        .collect();
+    for planned in checked {
+        if let Some(p) = packages.iter_mut().find(|p| p.name == planned.package) {
+            p.objects.push(planned);
+        }
+    }
+
+    let desired_keys: BTreeSet<&ObjectKey> = desired.iter().map(|d| &d.key).collect();
+    let mut prune = Vec::new();
+    if options.prune {
+        let mut candidates: Vec<&Live> = live
+            .values()
+            .filter(|l| l.owned && !desired_keys.contains(&l.key))
+            .filter(|l| {
+                l.activations
+                    .iter()
+                    .any(|a| belongs_to(a, &cluster, &clusters))
+            })
+            .collect();
+        // Deletions run in reverse apply order.
+        candidates.sort_by(|a, b| {
+            let ra = kix_manifest::kind_rank(&a.key.group, &a.key.kind);
+            let rb = kix_manifest::kind_rank(&b.key.group, &b.key.kind);
+            rb.cmp(&ra).then_with(|| a.key.cmp(&b.key))
+        });
+        for l in candidates {
+            let others: BTreeSet<String> = l
+                .activations
+                .iter()
+                .filter(|a| !belongs_to(a, &cluster, &clusters))
+                .cloned()
+                .collect();
+            let (action, note) = if l.prune_disabled {
+                (Action::Keep, Some(NOTE_PRUNE_DISABLED.to_string()))
+            } else if !others.is_empty() {
+                (Action::Keep, Some(NOTE_SHARED.to_string()))
+            } else {
+                (Action::Delete, None)
+            };
+            prune.push(PlannedObject {
+                key: l.key.clone(),
+                api_version: l.api_version.clone(),
+                package: String::new(),
+                action,
+                changes: vec![],
+                fields: vec![],
+                destructive: action == Action::Delete && is_destructive(&l.key),
+                note,
+                activations: others,
+            });
+        }
+    }
+
+    let mut counts = Counts::default();
+    for o in packages.iter().flat_map(|p| &p.objects).chain(&prune) {
+        match o.action {
+            Action::Create => counts.create += 1,
+            Action::Update => counts.update += 1,
+            Action::Unchanged => counts.unchanged += 1,
+            Action::Replace => counts.replace += 1,
+            Action::Adopt => counts.adopt += 1,
+            Action::Conflict => counts.conflict += 1,
+            Action::Delete => counts.delete += 1,
+            Action::Keep => counts.keep += 1,
+        }
+    }
+    let digest =
+        canonical_digest(&serde_json::to_value((&packages, &prune)).unwrap_or(Value::Null));
+    Ok(Plan {
+        cluster,
+        store_path: store_path.to_string(),
+        current_activation: current.and_then(|c| c.metadata.name.clone()),
+        current_path: current.map(|c| c.spec.source.path.clone()),
+        current_phase: current.and_then(|c| c.phase()),
+        activation,
+        kix_crds,
+        packages,
+        prune,
+        counts,
+        digest,
+        kinds,
+        desired,
+    })
+}
+
+/// CRDs, Namespaces and PVCs take data or other objects with them.
+pub fn is_destructive(key: &ObjectKey) -> bool {
+    matches!(
+        (key.group.as_str(), key.kind.as_str()),
+        ("apiextensions.k8s.io", "CustomResourceDefinition")
+            | ("", "Namespace")
+            | ("", "PersistentVolumeClaim")
+    )
+}
+
+/// The manifest as it is sent: with its activations annotation.
+pub fn applied_manifest(d: &Desired, activations: &BTreeSet<String>) -> Value {
+    let mut manifest = d.manifest.clone();
+    manifest["metadata"]["annotations"][kix_api::ANNOTATION_ACTIVATIONS] =
+        Value::String(kix_api::labels::format_activations(activations));
+    manifest
+}
+
+pub fn api_for(client: &Client, d: &Desired) -> Api<DynamicObject> {
+    match &d.key.namespace {
+        Some(ns) if d.resource.namespaced => {
+            Api::namespaced_with(client.clone(), ns, &d.resource.api)
+        }
+        _ => Api::all_with(client.clone(), &d.resource.api),
+    }
+}
+
+async fn dry_run(
+    client: &Client,
+    mut planned: PlannedObject,
+    d: &Desired,
+    options: &PlanOptions,
+    creating_namespaces: &BTreeSet<String>,
+    full_live: Option<&Value>,
+) -> Result<PlannedObject> {
+    if planned.action == Action::Unchanged {
+        return Ok(planned);
+    }
+    if d.resource.served == Served::AfterCrd {
+        planned.note = Some("its CRD is created by this deploy: not dry-run".into());
+        return Ok(planned);
+    }
+    if planned.action == Action::Create
+        && d.key
+            .namespace
+            .as_ref()
+            .is_some_and(|ns| creating_namespaces.contains(ns))
+    {
+        planned.note = Some("its namespace is created by this deploy: not dry-run".into());
+        return Ok(planned);
+    }
+    let api = api_for(client, d);
+    let mut params = PatchParams::apply(FIELD_MANAGER);
+    params.dry_run = true;
+    // Adoption takes over what other managers set, as the real apply will.
+    if options.force_conflicts || planned.action == Action::Adopt {
+        params.force = true;
+    }
+    let manifest = applied_manifest(d, &planned.activations);
+    match api
+        .patch(&d.key.name, &params, &Patch::Apply(&manifest))
+        .await
+    {
+        Ok(result) => {
+            if matches!(planned.action, Action::Update | Action::Adopt) {
+                let live = match full_live {
+                    Some(v) => Some(v.clone()),
+                    None => api
+                        .get_opt(&d.key.name)
+                        .await
+                        .map_err(|source| EngineError::Object {
+                            action: "reading",
+                            key: d.key.clone(),
+                            source,
+                        })?
+                        .map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
+                };
+                let result = serde_json::to_value(result).unwrap_or(Value::Null);
+                if let Some(live) = live {
+                    planned.changes = diff(
+                        &live,
+                        &result,
+                        d.key.kind == "Secret" && d.key.group.is_empty(),
+                    );
+                }
+            }
+            Ok(planned)
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            planned.action = Action::Conflict;
+            planned.fields = status_causes(&status);
+            if planned.fields.is_empty() {
+                planned.fields.push(status.message.clone());
+            }
+            Ok(planned)
+        }
+        Err(kube::Error::Api(status))
+            if status.code == 422 && status.message.contains("immutable")
+                || status.message.contains("Forbidden: updates to") =>
+        {
+            planned.action = Action::Replace;
+            planned.fields = status_causes(&status);
+            if planned.fields.is_empty() {
+                planned.fields.push(status.message.clone());
+            }
+            Ok(planned)
+        }
+        Err(source) => Err(EngineError::Object {
+            action: "checking (server-side dry-run)",
+            key: d.key.clone(),
+            source,
+        }),
+    }
+}
+
+/// `field: message` of each cause in an API error.
+fn status_causes(status: &kube::core::Status) -> Vec<String> {
+    status
+        .details
+        .as_ref()
+        .map(|details| {
+            details
+                .causes
+                .iter()
+                .map(|c| {
+                    if c.field.is_empty() {
+                        c.message.clone()
+                    } else {
+                        format!("{}: {}", c.field, c.message)
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Full live objects of every owned desired object, one LIST per kind.
+async fn fetch_full(
+    client: &Client,
+    desired: &[Desired],
+    live: &HashMap<ObjectKey, Live>,
+) -> Result<HashMap<ObjectKey, Value>> {
+    let mut kinds: BTreeMap<(String, String), &Desired> = BTreeMap::new();
+    for d in desired {
+        if live.contains_key(&d.key) {
+            kinds
+                .entry((d.resource.api.group.clone(), d.key.kind.clone()))
+                .or_insert(d);
+        }
+    }
+    let mut out = HashMap::new();
+    for d in kinds.values() {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &d.resource.api);
+        let params = kube::api::ListParams::default().labels(&kix_api::labels::managed_selector());
+        let list = api
+            .list(&params)
+            .await
+            .map_err(|source| EngineError::List {
+                kind: d.key.kind.clone(),
+                source,
+            })?;
+        for obj in list.items {
+            let key = ObjectKey {
+                group: d.resource.api.group.clone(),
+                kind: d.key.kind.clone(),
+                namespace: if d.resource.namespaced {
+                    obj.metadata.namespace.clone()
+                } else {
+                    None
+                },
+                name: obj.metadata.name.clone().unwrap_or_default(),
+            };
+            out.insert(key, serde_json::to_value(&obj).unwrap_or(Value::Null));
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,187 @@
+//! Activation records and kix's own CRDs: listing, creating, phases.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kix_api::{Activation, ActivationSpec, ActivationStatus, FIELD_MANAGER, Phase};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::error::{EngineError, Result};
+
+/// Every Activation record (all Kix clusters), or none when the CRD is not
+/// installed.
+pub async fn list_all(client: &Client) -> Result<Vec<Activation>> {
+    let api: Api<Activation> = Api::all(client.clone());
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(vec![]),
+        Err(err) => Err(EngineError::Records(format!("listing activations: {err}"))),
+    }
+}
+
+/// The records of one Kix cluster, oldest first (by sequence).
+pub fn of_cluster<'a>(records: &'a [Activation], cluster: &str) -> Vec<&'a Activation> {
+    let mut mine: Vec<&Activation> = records
+        .iter()
+        .filter(|r| r.cluster_name() == cluster)
+        .collect();
+    mine.sort_by_key(|r| r.sequence().unwrap_or(0));
+    mine
+}
+
+/// The cluster's current activation: the newest record that is neither
+/// Superseded nor Failed (a Failed deploy never took effect as a whole).
+pub fn current<'a>(records: &'a [Activation], cluster: &str) -> Option<&'a Activation> {
+    of_cluster(records, cluster)
+        .into_iter()
+        .rev()
+        .find(|r| !matches!(r.phase(), Some(Phase::Superseded | Phase::Failed)))
+}
+
+/// The next free sequence number of a cluster.
+pub fn next_sequence(records: &[Activation], cluster: &str) -> u64 {
+    of_cluster(records, cluster)
+        .iter()
+        .filter_map(|r| r.sequence())
+        .max()
+        .map_or(1, |n| n + 1)
+}
+
+/// Does the apiserver have kix's CRDs in the version this kix writes?
+pub async fn crds_status(client: &Client) -> Result<CrdState> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut state = CrdState::Current;
+    for crd in kix_api::crds() {
+        let name = crd.name_any();
+        match api.get_opt(&name).await? {
+            None => return Ok(CrdState::Missing),
+            Some(live) => {
+                if live.annotations().get(kix_api::ANNOTATION_DIGEST) != Some(&crd_digest(&crd)) {
+                    state = CrdState::Outdated;
+                }
+            }
+        }
+    }
+    Ok(state)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum CrdState {
+    Missing,
+    Outdated,
+    Current,
+}
+
+/// Digest of a CRD as this kix generates it: the server adds defaults, so
+/// the live spec is never compared directly.
+fn crd_digest(crd: &CustomResourceDefinition) -> String {
+    kix_manifest::canonical_digest(&serde_json::to_value(crd).unwrap_or_default())
+}
+
+/// Installs or upgrades kix's CRDs and waits until they are Established.
+pub async fn install_crds(client: &Client) -> Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for mut crd in kix_api::crds() {
+        let name = crd.name_any();
+        let digest = crd_digest(&crd);
+        crd.annotations_mut()
+            .insert(kix_api::ANNOTATION_DIGEST.to_string(), digest);
+        api.patch(&name, &params, &Patch::Apply(&crd)).await?;
+        let established = kube::runtime::wait::await_condition(
+            api.clone(),
+            &name,
+            kube::runtime::wait::conditions::is_crd_established(),
+        );
+        tokio::time::timeout(std::time::Duration::from_secs(60), established)
+            .await
+            .map_err(|_| {
+                EngineError::Records(format!("CRD {name} did not become Established in 60s"))
+            })?
+            .map_err(|e| EngineError::Records(format!("waiting for CRD {name}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Creates the record `<cluster>-<sequence>` in phase Pending.
+pub async fn create(
+    client: &Client,
+    sequence: u64,
+    spec: ActivationSpec,
+    kinds: Vec<String>,
+) -> Result<Activation> {
+    let api: Api<Activation> = Api::all(client.clone());
+    let record = Activation::new_record(sequence, spec);
+    let created = api
+        .create(&PostParams::default(), &record)
+        .await
+        .map_err(|e| match e {
+            kube::Error::Api(status) if status.code == 409 => EngineError::Records(format!(
+                "activation {} already exists: another deploy of this Kix cluster raced this one",
+                record.name_any()
+            )),
+            other => EngineError::Records(format!(
+                "creating activation {}: {other}",
+                record.name_any()
+            )),
+        })?;
+    let status = ActivationStatus {
+        phase: Some(Phase::Pending),
+        kinds,
+        ..Default::default()
+    };
+    set_status(client, &created.name_any(), &status).await
+}
+
+/// Replaces the status of a record (merge patch on the status subresource).
+pub async fn set_status(
+    client: &Client,
+    name: &str,
+    status: &ActivationStatus,
+) -> Result<Activation> {
+    let api: Api<Activation> = Api::all(client.clone());
+    let mut status = status.clone();
+    if let Some(phase) = status.phase {
+        status.conditions = vec![ready_condition(phase, status.message.as_deref())];
+    }
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "status": status })),
+    )
+    .await
+    .map_err(|e| EngineError::Records(format!("updating activation {name}: {e}")))
+}
+
+/// Moves a record to `phase` with a message, keeping the rest of its status.
+pub async fn set_phase(
+    client: &Client,
+    record: &Activation,
+    phase: Phase,
+    message: Option<String>,
+) -> Result<Activation> {
+    let mut status = record.status.clone().unwrap_or_default();
+    status.phase = Some(phase);
+    status.message = message;
+    set_status(client, &record.name_any(), &status).await
+}
+
+fn ready_condition(phase: Phase, message: Option<&str>) -> Condition {
+    let (status, reason) = match phase {
+        Phase::Active => ("True", "Applied"),
+        Phase::Pending => ("False", "Pending"),
+        Phase::Applying => ("False", "Applying"),
+        Phase::Degraded => ("False", "Degraded"),
+        Phase::Failed => ("False", "Failed"),
+        Phase::Superseded => ("False", "Superseded"),
+    };
+    Condition {
+        type_: kix_api::CONDITION_READY.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: message.unwrap_or(phase.as_str()).to_string(),
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+        observed_generation: None,
+    }
+}

@@ -1,0 +1,567 @@
+//! Waiting until applied objects are healthy, from watches.
+//!
+//! Targets are grouped by resource and namespace, and each group gets one
+//! watch (`kube::runtime::watcher`): on the single object by a
+//! `metadata.name` field selector when the group has one target, else on the
+//! whole kind in that namespace. Events update the [`Health`] of the targets
+//! they name (kstatus semantics, [`crate::health`]); other objects are
+//! ignored. Only a health per target is kept, never whole objects, so waiting
+//! on thousands of objects stays cheap (the one exception: a Pod that is not
+//! ready is kept, because its health changes with time alone — an
+//! unschedulable Pod turns Degraded after [`crate::health::SCHEDULE_WINDOW`]).
+//!
+//! An object that does not exist (not yet, or deleted while waiting) is
+//! Progressing with reason `not found`. The wait ends when every target is
+//! Ready, when one is Degraded (with [`WaitOptions::fail_fast_on_degraded`]),
+//! or at the timeout; the [`WaitReport`] then gives every target's last
+//! reason.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use futures::stream::{self, BoxStream, StreamExt};
+use kube::Client;
+use kube::api::{Api, DynamicObject, Resource};
+use kube::discovery::ApiResource;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use serde_json::Value;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::health::{Health, health};
+
+/// The reason of an object that does not exist.
+pub const NOT_FOUND: &str = "not found";
+
+/// How often Pods that are not ready are looked at again (their health
+/// depends on the time, not only on their content).
+const RECHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// One object to wait for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WaitTarget {
+    pub resource: ApiResource,
+    /// The object's namespace; `None` for a cluster-scoped object (for a
+    /// namespaced kind, `None` watches all namespaces and takes the first
+    /// object of that name).
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl WaitTarget {
+    pub fn new(resource: ApiResource, namespace: Option<String>, name: impl Into<String>) -> Self {
+        WaitTarget {
+            resource,
+            namespace,
+            name: name.into(),
+        }
+    }
+
+    /// A target of a statically known kind, e.g.
+    /// `WaitTarget::of::<Deployment>(Some("ns"), "web")`.
+    pub fn of<K: Resource<DynamicType = ()>>(namespace: Option<&str>, name: &str) -> Self {
+        WaitTarget::new(
+            ApiResource::erase::<K>(&()),
+            namespace.map(str::to_owned),
+            name,
+        )
+    }
+}
+
+/// `Deployment ns/web`, or `ClusterRole admin` without a namespace.
+impl fmt::Display for WaitTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.resource.kind, self.name),
+            None => write!(f, "{} {}", self.resource.kind, self.name),
+        }
+    }
+}
+
+/// A change of a target's health, for progress displays.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaitEvent {
+    pub target: WaitTarget,
+    pub health: Health,
+}
+
+#[derive(Clone, Debug)]
+pub struct WaitOptions {
+    /// How long to wait at most (default 5 minutes).
+    pub timeout: Duration,
+    /// Stop as soon as one target is Degraded (default false: wait on, a
+    /// Degraded object may still recover, e.g. a crash-looping Pod).
+    pub fail_fast_on_degraded: bool,
+    /// Receives a [`WaitEvent`] whenever a target's health changes (default
+    /// none). A closed receiver is ignored.
+    pub events: Option<UnboundedSender<WaitEvent>>,
+}
+
+impl Default for WaitOptions {
+    fn default() -> Self {
+        WaitOptions {
+            timeout: Duration::from_secs(300),
+            fail_fast_on_degraded: false,
+            events: None,
+        }
+    }
+}
+
+/// The outcome of [`wait_healthy`]; every target is in exactly one of the
+/// three lists, in the order the targets were given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WaitReport {
+    pub ready: Vec<WaitTarget>,
+    /// Targets still Progressing, with their last reason.
+    pub not_ready: Vec<(WaitTarget, String)>,
+    /// Targets Degraded, with their last reason.
+    pub degraded: Vec<(WaitTarget, String)>,
+    /// The wait ended at the timeout.
+    pub timed_out: bool,
+}
+
+impl WaitReport {
+    /// Every target is Ready.
+    pub fn is_success(&self) -> bool {
+        self.not_ready.is_empty() && self.degraded.is_empty()
+    }
+}
+
+/// `3 ready` on success, else what is not ready and why, one object a line:
+///
+/// ```text
+/// timed out: 1 ready, 1 not ready, 0 degraded
+///   Deployment ns/web: 0/2 replicas available
+/// ```
+impl fmt::Display for WaitReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_success() {
+            return write!(f, "{} ready", self.ready.len());
+        }
+        if self.timed_out {
+            f.write_str("timed out: ")?;
+        }
+        write!(
+            f,
+            "{} ready, {} not ready, {} degraded",
+            self.ready.len(),
+            self.not_ready.len(),
+            self.degraded.len()
+        )?;
+        for (target, reason) in &self.degraded {
+            write!(f, "\n  {target}: degraded: {reason}")?;
+        }
+        for (target, reason) in &self.not_ready {
+            write!(f, "\n  {target}: {reason}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WaitError {
+    /// Watching is not allowed; waiting longer cannot help.
+    #[error("cannot watch {kind} {scope}: {source}")]
+    Forbidden {
+        kind: String,
+        /// `in namespace <ns>` or `cluster-wide`.
+        scope: String,
+        #[source]
+        source: watcher::Error,
+    },
+}
+
+/// Waits until every target is Ready (kstatus), one watch per resource and
+/// namespace. Returns a report also on timeout or a Degraded target; errors
+/// only when watching is forbidden.
+pub async fn wait_healthy(
+    client: Client,
+    targets: Vec<WaitTarget>,
+    options: WaitOptions,
+) -> Result<WaitReport, WaitError> {
+    let deadline = tokio::time::Instant::now() + options.timeout;
+    let mut waiter = Waiter::new(targets, options.events);
+
+    let streams: Vec<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>> = waiter
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(index, group)| {
+            let api: Api<DynamicObject> = match &group.namespace {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &group.resource),
+                None => Api::all_with(client.clone(), &group.resource),
+            };
+            let mut config = watcher::Config::default();
+            if let [only] = group.targets.as_slice() {
+                config = config.fields(&format!(
+                    "metadata.name={}",
+                    waiter.targets[*only].target.name
+                ));
+            }
+            watcher::watcher(api, config)
+                .default_backoff()
+                .map(move |event| (index, event))
+                .boxed()
+        })
+        .collect();
+    let mut events = stream::select_all(streams);
+    let mut recheck = tokio::time::interval(RECHECK_EVERY);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+    let mut timed_out = false;
+    loop {
+        if waiter.ready == waiter.targets.len() {
+            break;
+        }
+        if options.fail_fast_on_degraded && waiter.degraded > 0 {
+            break;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => {
+                timed_out = true;
+                break;
+            }
+            event = events.next() => match event {
+                Some((group, Ok(event))) => waiter.on_event(group, event),
+                Some((group, Err(error))) => waiter.on_error(group, error)?,
+                // Watch streams do not end; nothing left to learn.
+                None => {
+                    tokio::time::sleep_until(deadline).await;
+                    timed_out = true;
+                    break;
+                }
+            },
+            _ = recheck.tick(), if waiter.has_pods => waiter.recheck_pods(),
+        }
+    }
+    Ok(waiter.report(timed_out))
+}
+
+struct TargetState {
+    target: WaitTarget,
+    health: Health,
+    /// A Pod that is not ready, to be looked at again as time passes.
+    pod: Option<Value>,
+    /// Seen in the current (re)list of its group.
+    listed: bool,
+}
+
+struct Group {
+    resource: ApiResource,
+    namespace: Option<String>,
+    /// Indexes into `Waiter::targets`.
+    targets: Vec<usize>,
+    by_name: HashMap<String, usize>,
+    /// The initial list completed at least once.
+    synced: bool,
+    /// The last watch error, until the next successful list.
+    error: Option<String>,
+}
+
+struct Waiter {
+    targets: Vec<TargetState>,
+    groups: Vec<Group>,
+    ready: usize,
+    degraded: usize,
+    has_pods: bool,
+    events: Option<UnboundedSender<WaitEvent>>,
+}
+
+impl Waiter {
+    fn new(targets: Vec<WaitTarget>, events: Option<UnboundedSender<WaitEvent>>) -> Self {
+        let mut waiter = Waiter {
+            targets: Vec::with_capacity(targets.len()),
+            groups: Vec::new(),
+            ready: 0,
+            degraded: 0,
+            has_pods: false,
+            events,
+        };
+        let mut group_of: HashMap<(ApiResource, Option<String>), usize> = HashMap::new();
+        for target in targets {
+            let key = (target.resource.clone(), target.namespace.clone());
+            let group = *group_of.entry(key).or_insert_with(|| {
+                waiter.groups.push(Group {
+                    resource: target.resource.clone(),
+                    namespace: target.namespace.clone(),
+                    targets: Vec::new(),
+                    by_name: HashMap::new(),
+                    synced: false,
+                    error: None,
+                });
+                waiter.groups.len() - 1
+            });
+            let group = &mut waiter.groups[group];
+            if group.by_name.contains_key(&target.name) {
+                continue; // The same target twice.
+            }
+            waiter.has_pods |= is_pod(&target.resource);
+            let index = waiter.targets.len();
+            group.by_name.insert(target.name.clone(), index);
+            group.targets.push(index);
+            waiter.targets.push(TargetState {
+                target,
+                health: not_found(),
+                pod: None,
+                listed: false,
+            });
+        }
+        waiter
+    }
+
+    fn on_event(&mut self, group: usize, event: Event<DynamicObject>) {
+        match event {
+            Event::Init => {
+                for &index in &self.groups[group].targets {
+                    self.targets[index].listed = false;
+                }
+            }
+            Event::InitApply(object) => {
+                if let Some(index) = self.index_of(group, &object) {
+                    self.targets[index].listed = true;
+                    self.observe(index, object);
+                }
+            }
+            Event::Apply(object) => {
+                if let Some(index) = self.index_of(group, &object) {
+                    self.observe(index, object);
+                }
+            }
+            Event::Delete(object) => {
+                if let Some(index) = self.index_of(group, &object) {
+                    self.targets[index].pod = None;
+                    self.set(index, not_found());
+                }
+            }
+            Event::InitDone => {
+                let group = &mut self.groups[group];
+                group.synced = true;
+                group.error = None;
+                // Whatever the (re)list did not return is gone.
+                let gone: Vec<usize> = group
+                    .targets
+                    .iter()
+                    .copied()
+                    .filter(|&index| !self.targets[index].listed)
+                    .collect();
+                for index in gone {
+                    self.targets[index].pod = None;
+                    self.set(index, not_found());
+                }
+            }
+        }
+    }
+
+    fn on_error(&mut self, group: usize, error: watcher::Error) -> Result<(), WaitError> {
+        let group = &mut self.groups[group];
+        let scope = match &group.namespace {
+            Some(ns) => format!("in namespace {ns}"),
+            None => "cluster-wide".to_owned(),
+        };
+        if is_forbidden(&error) {
+            return Err(WaitError::Forbidden {
+                kind: group.resource.kind.clone(),
+                scope,
+                source: error,
+            });
+        }
+        tracing::warn!(kind = %group.resource.kind, %scope, %error, "watch failed, retrying");
+        group.error = Some(error.to_string());
+        Ok(())
+    }
+
+    fn index_of(&self, group: usize, object: &DynamicObject) -> Option<usize> {
+        let name = object.metadata.name.as_deref()?;
+        self.groups[group].by_name.get(name).copied()
+    }
+
+    fn observe(&mut self, index: usize, object: DynamicObject) {
+        let resource = &self.targets[index].target.resource;
+        let mut value = match serde_json::to_value(&object) {
+            Ok(value) => value,
+            Err(error) => {
+                self.set(
+                    index,
+                    Health::Progressing {
+                        reason: format!("unreadable object: {error}"),
+                    },
+                );
+                return;
+            }
+        };
+        // List items come without apiVersion and kind; health needs them.
+        if let Some(map) = value.as_object_mut() {
+            map.insert(
+                "apiVersion".to_owned(),
+                Value::String(resource.api_version.clone()),
+            );
+            map.insert("kind".to_owned(), Value::String(resource.kind.clone()));
+        }
+        let new = health(&value);
+        self.targets[index].pod = (is_pod(resource) && !new.is_ready()).then_some(value);
+        self.set(index, new);
+    }
+
+    fn recheck_pods(&mut self) {
+        for index in 0..self.targets.len() {
+            if let Some(pod) = &self.targets[index].pod {
+                let new = health(pod);
+                if new.is_ready() {
+                    self.targets[index].pod = None;
+                }
+                self.set(index, new);
+            }
+        }
+    }
+
+    fn set(&mut self, index: usize, new: Health) {
+        let state = &mut self.targets[index];
+        if state.health == new {
+            return;
+        }
+        self.ready -= usize::from(state.health.is_ready());
+        self.degraded -= usize::from(state.health.is_degraded());
+        self.ready += usize::from(new.is_ready());
+        self.degraded += usize::from(new.is_degraded());
+        tracing::debug!(target = %state.target, health = %new, "health changed");
+        if let Some(events) = &self.events {
+            let _ = events.send(WaitEvent {
+                target: state.target.clone(),
+                health: new.clone(),
+            });
+        }
+        state.health = new;
+    }
+
+    fn report(self, timed_out: bool) -> WaitReport {
+        let mut report = WaitReport {
+            timed_out,
+            ..WaitReport::default()
+        };
+        let mut error_of = HashMap::new();
+        for group in &self.groups {
+            if let (false, Some(error)) = (group.synced, &group.error) {
+                for &index in &group.targets {
+                    error_of.insert(index, error.as_str());
+                }
+            }
+        }
+        for (index, state) in self.targets.into_iter().enumerate() {
+            match state.health {
+                Health::Ready => report.ready.push(state.target),
+                Health::Degraded { reason } => report.degraded.push((state.target, reason)),
+                Health::Progressing { reason } => {
+                    let reason = match error_of.get(&index) {
+                        Some(error) => format!("{reason} (watch failing: {error})"),
+                        None => reason,
+                    };
+                    report.not_ready.push((state.target, reason));
+                }
+            }
+        }
+        report
+    }
+}
+
+fn not_found() -> Health {
+    Health::Progressing {
+        reason: NOT_FOUND.to_owned(),
+    }
+}
+
+fn is_pod(resource: &ApiResource) -> bool {
+    resource.group.is_empty() && resource.kind == "Pod"
+}
+
+fn is_forbidden(error: &watcher::Error) -> bool {
+    let source = match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => e,
+        watcher::Error::WatchError(status) => return status.code == 403,
+        _ => return false,
+    };
+    matches!(source, kube::Error::Api(status) if status.code == 403)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_map() -> ApiResource {
+        ApiResource {
+            group: String::new(),
+            version: "v1".to_owned(),
+            api_version: "v1".to_owned(),
+            kind: "ConfigMap".to_owned(),
+            plural: "configmaps".to_owned(),
+        }
+    }
+
+    fn object(name: &str) -> DynamicObject {
+        DynamicObject::new(name, &config_map()).within("ns")
+    }
+
+    #[test]
+    fn groups_by_resource_and_namespace_and_dedups() {
+        let t = |ns: &str, name: &str| WaitTarget::new(config_map(), Some(ns.to_owned()), name);
+        let waiter = Waiter::new(
+            vec![t("a", "x"), t("a", "y"), t("b", "x"), t("a", "x")],
+            None,
+        );
+        assert_eq!(waiter.targets.len(), 3);
+        assert_eq!(waiter.groups.len(), 2);
+        assert_eq!(waiter.groups[0].targets, vec![0, 1]);
+    }
+
+    #[test]
+    fn relist_marks_missing_objects_not_found() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let t = |name: &str| WaitTarget::new(config_map(), Some("ns".to_owned()), name);
+        let mut waiter = Waiter::new(vec![t("x"), t("y")], Some(tx));
+        waiter.on_event(0, Event::Init);
+        waiter.on_event(0, Event::InitApply(object("x")));
+        waiter.on_event(0, Event::InitApply(object("y")));
+        waiter.on_event(0, Event::InitApply(object("unrelated")));
+        waiter.on_event(0, Event::InitDone);
+        assert_eq!(waiter.ready, 2);
+        waiter.on_event(0, Event::Init);
+        waiter.on_event(0, Event::InitApply(object("x")));
+        waiter.on_event(0, Event::InitDone);
+        assert_eq!(waiter.ready, 1);
+        let report = waiter.report(true);
+        assert_eq!(report.ready, vec![t("x")]);
+        assert_eq!(report.not_ready, vec![(t("y"), NOT_FOUND.to_owned())]);
+        assert!(!report.is_success());
+        let mut seen = Vec::new();
+        while let Ok(event) = rx.try_recv() {
+            seen.push((event.target.name, event.health.is_ready()));
+        }
+        assert_eq!(
+            seen,
+            vec![
+                ("x".to_owned(), true),
+                ("y".to_owned(), true),
+                ("y".to_owned(), false)
+            ]
+        );
+    }
+
+    #[test]
+    fn report_names_the_objects() {
+        let report = WaitReport {
+            ready: vec![],
+            not_ready: vec![(
+                WaitTarget::new(config_map(), Some("ns".to_owned()), "web"),
+                "0/2 replicas available".to_owned(),
+            )],
+            degraded: vec![],
+            timed_out: true,
+        };
+        assert_eq!(
+            report.to_string(),
+            "timed out: 0 ready, 1 not ready, 0 degraded\n  ConfigMap ns/web: 0/2 replicas available"
+        );
+    }
+}
