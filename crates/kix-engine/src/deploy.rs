@@ -712,15 +712,21 @@ async fn apply_one(
         };
         match api.delete(&d.key.name, &params).await {
             Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(crate::error::api_message(&e)),
         }
-        // Wait until it is gone before creating it again.
+        // Wait until it is gone (finalizers and dependents included) before
+        // creating it again.
         let gone = kube::runtime::wait::await_condition(
             api.clone(),
             &d.key.name,
-            kube::runtime::wait::conditions::is_deleted(""),
+            |obj: Option<&kube::api::DynamicObject>| obj.is_none(),
         );
-        let _ = tokio::time::timeout(options.timeout, gone).await;
+        if tokio::time::timeout(options.timeout, gone).await.is_err() {
+            return Err(format!(
+                "still being deleted after {}s; not re-created",
+                options.timeout.as_secs()
+            ));
+        }
     }
     let mut params = PatchParams::apply(FIELD_MANAGER);
     if options.force_conflicts || matches!(p.action, Action::Adopt | Action::Conflict) {
@@ -730,7 +736,7 @@ async fn apply_one(
     api.patch(&d.key.name, &params, &Patch::Apply(&manifest))
         .await
         .map(|o| serde_json::to_value(o).unwrap_or_default())
-        .map_err(|e| e.to_string())
+        .map_err(|e| crate::error::api_message(&e))
 }
 
 async fn prune(
@@ -787,7 +793,7 @@ async fn prune(
             match api.delete(&o.key.name, &params).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(crate::error::api_message(&e)),
             }
         } else {
             // Shared: only this cluster's entry leaves the annotation.
@@ -797,7 +803,7 @@ async fn prune(
             api.patch(&o.key.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map(|_| ())
-                .map_err(|e| e.to_string())
+                .map_err(|e| crate::error::api_message(&e))
         };
         match result {
             Ok(()) => {

@@ -60,3 +60,14 @@ pub enum EngineError {
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// The apiserver's own message for an API error (not the Debug of the whole
+/// Status), or the error's text otherwise.
+pub fn api_message(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) if !status.message.is_empty() => {
+            format!("{} ({})", status.message, status.reason)
+        }
+        other => other.to_string(),
+    }
+}

@@ -46,7 +46,8 @@ pub struct LeaseOptions {
     /// How long the Lease stays held without renewal (default 15 s; rounded up
     /// to whole seconds, at least 1 s).
     pub duration: Duration,
-    /// How often the holder renews it (default 5 s).
+    /// How often the holder renews it (default 5 s; at most half the
+    /// duration, so one failed renewal does not lose the Lease).
     pub renew_every: Duration,
 }
 
@@ -205,7 +206,10 @@ impl DeployLease {
             api.clone(),
             name.clone(),
             holder.to_owned(),
-            options.renew_every,
+            options
+                .renew_every
+                .min(options.duration / 2)
+                .max(Duration::from_millis(100)),
             Arc::clone(&state),
         ));
         Ok(DeployLease {

@@ -26,7 +26,6 @@ fn main() {
         None => 10_000,
     };
     let store = tempfile::tempdir().expect("tempdir");
-
     let store_dir = store.path().canonicalize().expect("canonical tempdir");
     let root = store_dir.join("build");
 
@@ -44,10 +43,13 @@ fn main() {
         ..ReadOptions::default()
     };
     let mut times: Vec<Duration> = Vec::with_capacity(RUNS);
+    let mut cpu_times: Vec<Duration> = Vec::with_capacity(RUNS);
     for _ in 0..RUNS {
+        let cpu_started = cpu_time();
         let started = Instant::now();
         let build = read_tree(&root, &options).expect("the generated tree reads");
         let elapsed = started.elapsed();
+        cpu_times.push(cpu_time().saturating_sub(cpu_started));
         assert_eq!(build.object_count(), total);
         times.push(elapsed);
         if times.len() == 1 {
@@ -62,10 +64,12 @@ fn main() {
         times[0],
         times[RUNS - 1]
     );
+    cpu_times.sort();
+    println!(
+        "CPU time per read (user + system; wall time also counts waiting when other processes share the cores): median {:.0?}",
+        cpu_times[RUNS / 2]
+    );
     println!("peak RSS (VmHWM): {}", rss_line("VmHWM"));
-    if std::env::var_os("KEEP").is_some() {
-        println!("kept {}", store.keep().display());
-    }
 }
 
 /// Writes the tree; returns the bytes written.
@@ -223,6 +227,19 @@ fn json_object(kind: usize, pkg: &str, i: usize) -> String {
     let docs: Vec<serde_json::Value> =
         serde_saphyr::from_multiple(&yaml_object(kind, pkg, i)).expect("generated YAML parses");
     serde_json::to_string_pretty(&docs[0]).expect("json")
+}
+
+/// User + system CPU time of this process so far (from /proc/self/stat, in
+/// clock ticks of 10 ms).
+fn cpu_time() -> Duration {
+    let stat = fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses): state is
+    // field 3, utime 14, stime 15.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    // fields[0] is field 3 (state), so utime is fields[11], stime fields[12].
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
 /// A line of /proc/self/status, e.g. "VmHWM: 12345 kB" → "12.3 MB".

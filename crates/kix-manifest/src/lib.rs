@@ -16,6 +16,7 @@ mod migration;
 mod object;
 mod store_path;
 pub mod tree;
+mod value;
 mod version;
 mod walk;
 

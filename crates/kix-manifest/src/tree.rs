@@ -42,7 +42,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -52,6 +52,7 @@ use crate::error::TreeError;
 use crate::kinds::{is_well_known_cluster_scoped, kind_rank};
 use crate::migration::{ActionKind, Migration};
 use crate::object::{Object, ObjectKey, ObjectKeyError, group_of};
+use crate::value::{CompactValue, json_len_at_most};
 use crate::store_path::STORE_DIR;
 use crate::version::compare_versions;
 use crate::walk::{EntryKind, walk};
@@ -521,8 +522,11 @@ impl Reader<'_> {
             message,
         };
         let is_json = file.extension().is_some_and(|e| e == "json");
-        let documents: Vec<Value> = if is_json {
-            let value = serde_json::from_slice(&bytes).map_err(|e| unparsable(e.to_string()))?;
+        let documents: Vec<CompactValue> = if is_json {
+            let mut de = serde_json::Deserializer::from_slice(&bytes);
+            let value = CompactValue::deserialize(&mut de)
+                .and_then(|value| de.end().map(|()| value))
+                .map_err(|e| unparsable(e.to_string()))?;
             vec![value]
         } else {
             let text =
@@ -541,7 +545,7 @@ impl Reader<'_> {
         };
 
         let mut flat = Vec::new();
-        for (index, value) in documents.into_iter().enumerate() {
+        for (index, CompactValue(value)) in documents.into_iter().enumerate() {
             let document = index + 1;
             let invalid = |items: Vec<usize>, error: ObjectKeyError| TreeError::InvalidObject {
                 file: file.to_path_buf(),
@@ -611,7 +615,7 @@ impl Reader<'_> {
                 metadata.insert("namespace".into(), Value::from(ns));
             }
         }
-        if !fits_in(&manifest, self.options.max_object_bytes) {
+        if !json_len_at_most(&manifest, self.options.max_object_bytes) {
             return Err(MakeError::TooLarge(key));
         }
         let api_version = manifest
@@ -717,28 +721,6 @@ fn flatten_lists(
             },
         )),
     }
-}
-
-/// Whether `value` serializes to at most `limit` bytes of compact JSON.
-/// Stops serializing as soon as the limit is passed.
-fn fits_in(value: &Value, limit: usize) -> bool {
-    struct Counter {
-        count: usize,
-        limit: usize,
-    }
-    impl Write for Counter {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            self.count += buf.len();
-            if self.count > self.limit {
-                return Err(io::Error::other("over the limit"));
-            }
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    serde_json::to_writer(&mut Counter { count: 0, limit }, value).is_ok()
 }
 
 /// Names kix uses as directory names, label values and API path segments:
@@ -952,13 +934,5 @@ mod tests {
         for bad in ["", "-a", ".a", "..", "a/b", "a b", "é", &"x".repeat(254)] {
             assert!(check_name(bad, "package", f).is_err(), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn fits_in_counts_compact_json() {
-        let v = serde_json::json!({"a": [1, 2], "b": "c"});
-        let len = serde_json::to_vec(&v).expect("json").len();
-        assert!(fits_in(&v, len));
-        assert!(!fits_in(&v, len - 1));
     }
 }

@@ -1,0 +1,172 @@
+# Two Kix clusters sharing one Kubernetes cluster, for the README's first
+# command, the docs and the end-to-end tests:
+#
+#   kix deploy infra --file examples/default.nix --yes
+#   kix deploy apps  --file examples/default.nix --yes
+#   kix deploy apps  --file examples/default.nix -A next.apps --yes --accept-migrations
+#
+# `pkgs` only needs `runCommand`: nixpkgs for users (see flake.nix here),
+# the host-tools builder of the library tests when there is no nixpkgs.
+{
+  pkgs ? import ../nix/tests/host-tools.nix { },
+  kix ? import ../nix { },
+}:
+let
+  deployment =
+    { name, image, replicas ? 1, env ? [ ], volumes ? [ ], mounts ? [ ] }:
+    {
+      apiVersion = "apps/v1";
+      kind = "Deployment";
+      metadata.name = name;
+      spec = {
+        inherit replicas;
+        selector.matchLabels.app = name;
+        template = {
+          metadata.labels.app = name;
+          spec = {
+            containers = [ { inherit name image env; volumeMounts = mounts; } ];
+            inherit volumes;
+            # The local control plane's nodes are KWOK fakes.
+            tolerations = [ { operator = "Exists"; } ];
+          };
+        };
+      };
+    };
+
+  infra = kix.mkCluster {
+    inherit pkgs;
+    name = "infra";
+    settings = { keep = 5; maxAge = "30d"; };
+    packages = {
+      crds = {
+        version = "1.0.0";
+        manifests = [ ./manifests/infra-crds ];
+      };
+      controller = {
+        version = "0.4.2";
+        dependsOn = [ "crds" ];
+        namespace = "infra";
+        resources = [
+          { apiVersion = "v1"; kind = "Namespace"; metadata.name = "infra"; }
+          { apiVersion = "v1"; kind = "ServiceAccount"; metadata.name = "widget-controller"; }
+          (deployment { name = "widget-controller"; image = "example.invalid/widget-controller:0.4.2"; })
+          {
+            apiVersion = "example.kix.run/v1";
+            kind = "Widget";
+            metadata.name = "default-widget";
+            spec.size = 3;
+          }
+        ];
+      };
+    };
+  };
+
+  apps =
+    { dbVersion }:
+    kix.mkCluster {
+      inherit pkgs;
+      name = "apps";
+      settings = { keep = 3; };
+      packages = {
+        db = {
+          version = dbVersion;
+          namespace = "apps";
+          resources = [
+            { apiVersion = "v1"; kind = "Namespace"; metadata.name = "apps"; }
+            {
+              apiVersion = "v1";
+              kind = "PersistentVolume";
+              metadata.name = "kix-example-db";
+              spec = {
+                capacity.storage = "1Gi";
+                accessModes = [ "ReadWriteOnce" ];
+                storageClassName = "manual";
+                hostPath.path = "/var/lib/kix-example-db";
+                claimRef = { namespace = "apps"; name = "db-data"; };
+              };
+            }
+            {
+              apiVersion = "v1";
+              kind = "PersistentVolumeClaim";
+              metadata.name = "db-data";
+              spec = {
+                accessModes = [ "ReadWriteOnce" ];
+                storageClassName = "manual";
+                volumeName = "kix-example-db";
+                resources.requests.storage = "1Gi";
+              };
+            }
+            {
+              apiVersion = "apps/v1";
+              kind = "StatefulSet";
+              metadata.name = "db";
+              spec = {
+                serviceName = "db";
+                replicas = 1;
+                selector.matchLabels = { app = "db"; } // (if dbVersion == "2.0.0" then { tier = "data"; } else { });
+                template = {
+                  metadata.labels = { app = "db"; tier = "data"; };
+                  spec = {
+                    containers = [
+                      {
+                        name = "postgres";
+                        image = "example.invalid/postgres:${if dbVersion == "2.0.0" then "16" else "15"}";
+                        volumeMounts = [ { name = "data"; mountPath = "/var/lib/postgresql"; } ];
+                      }
+                    ];
+                    volumes = [ { name = "data"; persistentVolumeClaim.claimName = "db-data"; } ];
+                    tolerations = [ { operator = "Exists"; } ];
+                  };
+                };
+              };
+            }
+          ];
+          # 1.x → 2.0.0 changes the StatefulSet's selector, which is immutable.
+          migrations = [
+            {
+              from = "1.0.0";
+              to = "2.0.0";
+              description = "the StatefulSet selector gains tier=data: recreate it (the PVC keeps the data)";
+              actions = [ { action = "recreate"; object = { kind = "StatefulSet"; name = "db"; namespace = "apps"; }; } ];
+            }
+          ];
+        };
+        web = {
+          version = "2.3.1";
+          dependsOn = [ "db" ];
+          namespace = "apps";
+          resources = [
+            {
+              apiVersion = "v1";
+              kind = "ConfigMap";
+              metadata.name = "web-config";
+              data = { GREETING = "hello from kix"; DB_HOST = "db.apps.svc"; };
+            }
+            (deployment {
+              name = "web";
+              image = "example.invalid/web:2.3.1";
+              replicas = 2;
+              env = [ { name = "GREETING"; valueFrom.configMapKeyRef = { name = "web-config"; key = "GREETING"; }; } ];
+            })
+            {
+              apiVersion = "v1";
+              kind = "Service";
+              metadata.name = "web";
+              spec = {
+                selector.app = "web";
+                ports = [ { port = 80; targetPort = 8080; } ];
+              };
+            }
+          ];
+        };
+      };
+    };
+in
+{
+  kixClusters = {
+    inherit infra;
+    apps = apps { dbVersion = "1.0.0"; };
+  };
+  # The next release of apps: db 2.0.0 crosses the 1.0.0 → 2.0.0 migration.
+  next.apps = apps { dbVersion = "2.0.0"; };
+}
