@@ -95,6 +95,9 @@ pub struct DeployOptions {
     /// Lease holder identity (user@host pid N, or the operator's pod).
     pub holder: String,
     pub events: Option<UnboundedSender<Event>>,
+    /// Apply as this existing record instead of creating one (the operator
+    /// acting on a record the CLI wrote).
+    pub record: Option<String>,
 }
 
 impl Default for DeployOptions {
@@ -120,6 +123,7 @@ impl Default for DeployOptions {
             concurrency: 32,
             lease: LeaseOptions::default(),
             events: None,
+            record: None,
         }
     }
 }
@@ -245,6 +249,7 @@ pub async fn deploy(
     if !plan.has_changes()
         && plan.current_path.as_deref() == Some(plan.store_path.as_str())
         && plan.current_phase == Some(Phase::Active)
+        && (options.record.is_none() || options.record == plan.current_activation)
     {
         let name = plan.current_activation.clone();
         return Ok(DeployOutcome {
@@ -309,6 +314,7 @@ pub async fn rollback_to(
     options.accept_migrations = true;
     options.current_activation = None;
     options.receipt.rollback_from = from;
+    options.record = None;
     let plan = crate::plan::plan(
         client,
         &build,
@@ -317,6 +323,7 @@ pub async fn rollback_to(
             prune: options.prune,
             force_conflicts: true,
             reconcile: false,
+            activation: None,
         },
     )
     .await?;
@@ -338,7 +345,8 @@ async fn run(
     // was left by a deploy that died: it never finished.
     let all = records::list_all(client).await?;
     for stale in records::of_cluster(&all, &plan.cluster) {
-        if matches!(stale.phase_or_pending(), Phase::Pending | Phase::Applying) {
+        let is_this = options.record.is_some() && stale.metadata.name == options.record;
+        if !is_this && matches!(stale.phase_or_pending(), Phase::Pending | Phase::Applying) {
             records::set_phase(
                 client,
                 stale,
@@ -380,7 +388,10 @@ async fn run(
         },
         engine: options.engine,
     };
-    let record = records::create(client, sequence, spec, plan.kinds.clone()).await?;
+    let record = match &options.record {
+        Some(existing) => kube::Api::<Activation>::all(client.clone()).get(existing).await?,
+        None => records::create(client, sequence, spec, plan.kinds.clone()).await?,
+    };
     let name = record.name_any();
     emit(
         options,
@@ -396,6 +407,7 @@ async fn run(
     }
     let mut status = record.status.clone().unwrap_or_default();
     status.phase = Some(Phase::Applying);
+    status.kinds = plan.kinds.clone();
     status.objects = Some(build.object_count() as u32);
     status.progress = Some(Progress {
         total: build.object_count() as u32,
@@ -579,11 +591,13 @@ async fn apply_group(
             &Desired,
             &PlannedObject,
             std::result::Result<serde_json::Value, String>,
-        )> = stream::iter(
-            batch
-                .into_iter()
-                .map(|(d, p)| async move { (d, p, apply_one(client, d, p, options).await) }),
-        )
+        )> = stream::iter({
+            let mut applies = Vec::with_capacity(batch.len());
+            for (d, p) in batch {
+                applies.push(apply_tagged(client, d, p, options));
+            }
+            applies
+        })
         .buffer_unordered(options.concurrency.max(1))
         .collect()
         .await;
@@ -695,6 +709,15 @@ fn target_name(t: &WaitTarget) -> String {
         Some(ns) => format!("{} {ns}/{}", t.resource.kind, t.name),
         None => format!("{} {}", t.resource.kind, t.name),
     }
+}
+
+async fn apply_tagged<'a>(
+    client: &Client,
+    d: &'a Desired,
+    p: &'a PlannedObject,
+    options: &DeployOptions,
+) -> (&'a Desired, &'a PlannedObject, std::result::Result<serde_json::Value, String>) {
+    (d, p, apply_one(client, d, p, options).await)
 }
 
 /// One server-side apply (or delete-then-create for a replace).

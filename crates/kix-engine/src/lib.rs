@@ -16,6 +16,7 @@ pub mod live;
 pub mod plan;
 pub mod records;
 pub mod resources;
+pub mod retire;
 pub mod wait;
 
 pub use error::{EngineError, Result};

@@ -182,6 +182,9 @@ pub struct PlanOptions {
     pub force_conflicts: bool,
     /// Plan deletions of what the build dropped.
     pub prune: bool,
+    /// The record the apply writes (the operator's existing record); default:
+    /// the cluster's next `<cluster>-<n>`.
+    pub activation: Option<String>,
 }
 
 /// How many dry-runs run at once.
@@ -199,7 +202,9 @@ pub async fn plan(
     let all_records = records::list_all(client).await?;
     let clusters = activation_clusters(&all_records);
     let current = records::current(&all_records, &cluster);
-    let activation = Activation::name_for(&cluster, records::next_sequence(&all_records, &cluster));
+    let activation = options.activation.clone().unwrap_or_else(|| {
+        Activation::name_for(&cluster, records::next_sequence(&all_records, &cluster))
+    });
 
     let mut resources = Resources::new(client.clone());
     let desired = desired_objects(build, &mut resources).await?;
@@ -334,29 +339,18 @@ pub async fn plan(
     }
 
     // Server-side dry-run of everything that would be written.
-    let checked: Vec<PlannedObject> = stream::iter(first_pass.into_iter().zip(desired.iter()).map(
-        |(planned, d)| {
-            let client = client.clone();
-            let creating_namespaces = &creating_namespaces;
-            let full = &full;
-            async move {
-                dry_run(
-                    &client,
-                    planned,
-                    d,
-                    options,
-                    creating_namespaces,
-                    full.get(&d.key),
-                )
-                .await
-            }
-        },
-    ))
-    .buffered(DRY_RUN_CONCURRENCY)
-    .collect::<Vec<Result<PlannedObject>>>()
-    .await
-    .into_iter()
-    .collect::<Result<_>>()?;
+    // The futures are built in a loop, not by a closure over borrowed items:
+    // the plan future stays Send for any caller (the operator spawns it).
+    let mut checks = Vec::with_capacity(first_pass.len());
+    for (planned, d) in first_pass.into_iter().zip(desired.iter()) {
+        checks.push(dry_run(client, planned, d, options, &creating_namespaces, full.get(&d.key)));
+    }
+    let checked: Vec<PlannedObject> = stream::iter(checks)
+        .buffered(DRY_RUN_CONCURRENCY)
+        .collect::<Vec<Result<PlannedObject>>>()
+        .await
+        .into_iter()
+        .collect::<Result<_>>()?;
 
     let mut packages: Vec<PackagePlan> = build
         .packages

@@ -185,3 +185,80 @@ fn ready_condition(phase: Phase, message: Option<&str>) -> Condition {
         observed_generation: None,
     }
 }
+
+/// Every Activation record (all Kix clusters). Unlike [`list_all`], a missing
+/// CRD is an error: for the commands that only read records (`status`,
+/// `history`, `rollback`, `gc`), "no CRD" means kix never deployed here.
+pub async fn list_all_required(client: &Client) -> Result<Vec<Activation>> {
+    let api: Api<Activation> = Api::all(client.clone());
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(status)) if status.code == 404 => Err(EngineError::Records(
+            format!("{CRDS_MISSING}: listing activations.kix.run answered 404 Not Found"),
+        )),
+        Err(err) => Err(EngineError::Records(format!("listing activations: {err}"))),
+    }
+}
+
+/// The words [`list_all_required`] uses when kix's CRDs are not installed
+/// (the CLI's hint looks for them).
+pub const CRDS_MISSING: &str = "kix's CRDs are not installed in this cluster";
+
+/// What deleting a record did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase", tag = "result")]
+pub enum RecordDeletion {
+    Deleted,
+    /// The record was already gone.
+    NotFound,
+    /// The record still exists, waiting for these finalizers.
+    Pending { finalizers: Vec<String> },
+}
+
+/// Deletes the Activation record `name`.
+pub async fn delete(client: &Client, name: &str) -> Result<RecordDeletion> {
+    let api: Api<Activation> = Api::all(client.clone());
+    match api.delete(name, &kube::api::DeleteParams::default()).await {
+        Ok(either) => match either {
+            kube::core::Either::Left(still) => {
+                let finalizers = still.finalizers().to_vec();
+                if finalizers.is_empty() {
+                    Ok(RecordDeletion::Deleted)
+                } else {
+                    Ok(RecordDeletion::Pending { finalizers })
+                }
+            }
+            kube::core::Either::Right(_) => Ok(RecordDeletion::Deleted),
+        },
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(RecordDeletion::NotFound),
+        Err(err) => Err(EngineError::Records(format!(
+            "deleting activation {name}: {err}"
+        ))),
+    }
+}
+
+/// The PackageInstance records of a Kix cluster (none when the CRD is not
+/// installed), sorted by name.
+pub async fn package_instances(
+    client: &Client,
+    cluster: &str,
+) -> Result<Vec<kix_api::PackageInstance>> {
+    let api: Api<kix_api::PackageInstance> = Api::all(client.clone());
+    let params = ListParams::default().labels(&kix_api::labels::cluster_selector(cluster));
+    match api.list(&params).await {
+        Ok(list) => {
+            let mut items = list.items;
+            items.sort_by_key(|p| p.name_any());
+            Ok(items)
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(vec![]),
+        Err(err) => Err(EngineError::Records(format!(
+            "listing packageinstances: {err}"
+        ))),
+    }
+}
+
+/// When a record was made: its receipt time.
+pub fn recorded_at(record: &Activation) -> chrono::DateTime<chrono::Utc> {
+    record.spec.receipt.time
+}

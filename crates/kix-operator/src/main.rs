@@ -1,1 +1,213 @@
-fn main() {}
+//! `kix-operator`: keeps the current `engine: operator` Activation of every Kix
+//! cluster applied. Leader election makes sure one replica applies at a time.
+
+mod controller;
+mod http;
+mod metrics;
+mod triggers;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, ValueEnum};
+use futures::StreamExt;
+use kix_api::Activation;
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{Controller, watcher};
+use kube::{Client, Config};
+use tokio::sync::mpsc::unbounded_channel;
+use tokio_stream_shim::UnboundedReceiverStream;
+use tracing::{error, info, warn};
+
+use crate::controller::Context;
+use crate::metrics::Metrics;
+
+#[derive(Debug, Parser)]
+#[command(name = "kix-operator", version, about = "Keeps the current Activation of every Kix cluster applied")]
+struct Args {
+    /// Kubeconfig file; in-cluster configuration when absent.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context.
+    #[arg(long)]
+    context: Option<String>,
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// How often every current record is re-checked in full, besides the
+    /// watches on owned objects (e.g. 60s, 5m).
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    resync_interval: Duration,
+    /// Namespace of the leader-election and deploy Leases.
+    #[arg(long, default_value = "kube-system")]
+    lease_namespace: String,
+    /// This replica's identity (default: $POD_NAME, else host and pid).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Leader lease duration in seconds.
+    #[arg(long, default_value_t = 15)]
+    leader_lease_seconds: u64,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration (like 60s, 5m)"))?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("{text:?}: unknown unit {unit:?}")),
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KIX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn client(args: &Args) -> anyhow::Result<Client> {
+    let options = KubeConfigOptions { context: args.context.clone(), ..Default::default() };
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &options).await?
+        }
+        None => Config::infer().await?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_logging(args.log_format);
+    let client = client(&args).await?;
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "kix-operator".into());
+        format!("{host}-{}", std::process::id())
+    });
+    let metrics = Arc::new(Metrics::default());
+    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .with_context(|| format!("binding {}", args.metrics_addr))?;
+    info!(addr = %listener.local_addr()?, "serving /metrics, /healthz, /readyz");
+    tokio::spawn(http::serve(listener, metrics.clone()));
+    client.apiserver_version().await.context("reaching the apiserver")?;
+    metrics.ready.store(true, Ordering::Relaxed);
+
+    // Leader election: only the holder of the lease runs the controller.
+    let leader = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), "kix-operator")
+        .with_namespace(&args.lease_namespace)
+        .with_identity(&identity)
+        .with_duration(args.leader_lease_seconds)
+        .with_grace(std::cmp::max(2, args.leader_lease_seconds / 3))
+        .build()
+        .await
+        .context("setting up leader election")?;
+    let (mut is_leader, lease_task) = leader.watch().await;
+
+    let shutdown = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = async { if let Some(t) = term.as_mut() { t.recv().await; } else { std::future::pending::<()>().await } } => {},
+        }
+    };
+    tokio::pin!(shutdown);
+
+    loop {
+        // Stand by until elected.
+        while !*is_leader.borrow_and_update() {
+            metrics.leader.store(false, Ordering::Relaxed);
+            tokio::select! {
+                changed = is_leader.changed() => if changed.is_err() { anyhow::bail!("leader election stopped") },
+                () = &mut shutdown => { info!("shutting down"); drop(is_leader); let _ = lease_task.await; return Ok(()); }
+            }
+        }
+        info!(%identity, "elected leader");
+        metrics.leader.store(true, Ordering::Relaxed);
+        let ctx = Arc::new(Context {
+            client: client.clone(),
+            metrics: metrics.clone(),
+            recorder: Recorder::new(client.clone(), Reporter { controller: "kix-operator".into(), instance: Some(identity.clone()) }),
+            resync: args.resync_interval,
+            holder: identity.clone(),
+            lease_namespace: args.lease_namespace.clone(),
+            current: Default::default(),
+            kinds: Default::default(),
+        });
+        let (trigger_tx, trigger_rx) = unbounded_channel();
+        let watches = tokio::spawn(triggers::run(ctx.clone(), trigger_tx));
+        let records: Api<Activation> = Api::all(client.clone());
+        let controller = Controller::new(records, watcher::Config::default())
+            .reconcile_on(UnboundedReceiverStream::new(trigger_rx))
+            .run(controller::reconcile, controller::error_policy, ctx)
+            .for_each(|result| async move {
+                if let Err(err) = result {
+                    warn!("{err}");
+                }
+            });
+        tokio::pin!(controller);
+        let lost = async {
+            loop {
+                if is_leader.changed().await.is_err() || !*is_leader.borrow() {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            () = &mut controller => { error!("controller stopped"); }
+            () = lost => { warn!("lost leadership; standing by"); }
+            () = &mut shutdown => {
+                info!("shutting down");
+                watches.abort();
+                drop(is_leader);
+                let _ = lease_task.await;
+                return Ok(());
+            }
+        }
+        watches.abort();
+    }
+}
+
+/// An `UnboundedReceiver` as a `Stream` (tokio-stream's wrapper, without the crate).
+mod tokio_stream_shim {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use tokio::sync::mpsc::UnboundedReceiver;
+
+    pub struct UnboundedReceiverStream<T>(UnboundedReceiver<T>);
+
+    impl<T> UnboundedReceiverStream<T> {
+        pub fn new(rx: UnboundedReceiver<T>) -> Self {
+            Self(rx)
+        }
+    }
+
+    impl<T> futures::Stream for UnboundedReceiverStream<T> {
+        type Item = T;
+        fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+            self.0.poll_recv(cx)
+        }
+    }
+}

@@ -49,6 +49,7 @@ impl EngineArgs {
             reconcile: self.reconcile,
             force_conflicts: self.force_conflicts,
             prune: self.prune,
+            activation: None,
         }
     }
 }

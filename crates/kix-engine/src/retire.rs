@@ -1,0 +1,128 @@
+//! Releasing the objects of an Activation record that goes away (the
+//! operator's finalizer, `kix gc`): each object that names the record in its
+//! activations annotation is
+//!
+//! - kept when annotated `kix.run/prune: disabled`;
+//! - re-pointed at the cluster's current record when the current build still
+//!   contains it (unchanged objects keep naming the record that last wrote them);
+//! - trimmed (only this cluster's entries leave the annotation) when another
+//!   Kix cluster's build contains it;
+//! - deleted otherwise.
+//!
+//! An object that cannot be changed or deleted is reported with the reason,
+//! never skipped silently.
+
+use std::collections::BTreeSet;
+
+use kix_api::{ANNOTATION_ACTIVATIONS, Activation, ObjectRef, Phase};
+use kix_manifest::ObjectKey;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
+use kube::{Client, ResourceExt};
+use serde::Serialize;
+
+use crate::error::{Result, api_message};
+use crate::live::{activation_clusters, belongs_to, list_kinds};
+use crate::records;
+use crate::resources::{Resources, Served};
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct RetireReport {
+    pub deleted: Vec<ObjectRef>,
+    pub repointed: Vec<ObjectRef>,
+    pub trimmed: Vec<ObjectRef>,
+    pub kept: Vec<ObjectRef>,
+    /// Objects that could not be released, with the reason.
+    pub failed: Vec<(ObjectRef, String)>,
+}
+
+/// Releases the objects of `record`. `retiring` names every record going
+/// away in the same run (gc retires several): none of them counts as keeping
+/// an object.
+pub async fn release_objects(client: &Client, record: &Activation, retiring: &BTreeSet<String>) -> Result<RetireReport> {
+    let name = record.name_any();
+    let cluster = record.cluster_name().to_string();
+    let all = records::list_all(client).await?;
+    let clusters = activation_clusters(&all);
+
+    // The cluster's current record (not one going away) and its build's keys.
+    let current = records::of_cluster(&all, &cluster)
+        .into_iter()
+        .rev()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .filter(|r| !retiring.contains(&r.name_any()) && r.name_any() != name)
+        .find(|r| matches!(r.phase(), Some(Phase::Active | Phase::Degraded)));
+    let mut resources = Resources::new(client.clone());
+    let mut current_keys: BTreeSet<ObjectKey> = BTreeSet::new();
+    if let Some(current) = current {
+        let build = kix_manifest::read_tree(std::path::Path::new(&current.spec.source.path), &kix_manifest::ReadOptions::default())?;
+        current_keys = crate::desired::desired_objects(&build, &mut resources).await?.into_iter().map(|d| d.key).collect();
+    }
+
+    let mut kinds = Vec::new();
+    for kind in record.status.iter().flat_map(|s| &s.kinds) {
+        let Some((api_version, kind)) = kind.rsplit_once('/') else { continue };
+        if let Some(r) = resources.get(api_version, kind).await? {
+            if r.served == Served::Yes {
+                kinds.push((r.api, r.namespaced));
+            }
+        }
+    }
+    let live = list_kinds(client, kinds, Some(&kix_api::labels::managed_selector())).await?;
+    let mut mine: Vec<_> = live.values().filter(|l| l.owned && l.activations.contains(&name)).collect();
+    // Dependents before what they live in (reverse apply order).
+    mine.sort_by(|a, b| {
+        let ra = kix_manifest::kind_rank(&a.key.group, &a.key.kind);
+        let rb = kix_manifest::kind_rank(&b.key.group, &b.key.kind);
+        rb.cmp(&ra).then_with(|| a.key.cmp(&b.key))
+    });
+
+    let mut report = RetireReport::default();
+    for l in mine {
+        let reference = ObjectRef::new(l.api_version.clone(), l.key.kind.clone(), l.key.namespace.clone(), l.key.name.clone());
+        let api: Api<DynamicObject> = match &l.key.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &l.resource),
+            None => Api::all_with(client.clone(), &l.resource),
+        };
+        let others: BTreeSet<String> = l.activations.iter().filter(|a| !belongs_to(a, &cluster, &clusters)).cloned().collect();
+        let annotate = |value: BTreeSet<String>| {
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&value)
+            }}});
+            let api = api.clone();
+            let name = l.key.name.clone();
+            async move { api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ()) }
+        };
+        let result = if l.prune_disabled {
+            report.kept.push(reference.clone());
+            Ok(())
+        } else if let Some(current) = current.filter(|_| current_keys.contains(&l.key)) {
+            let mut value: BTreeSet<String> = l.activations.iter().filter(|a| *a != &name).cloned().collect();
+            value.insert(current.name_any());
+            let r = annotate(value).await;
+            if r.is_ok() {
+                report.repointed.push(reference.clone());
+            }
+            r
+        } else if !others.is_empty() {
+            let r = annotate(others).await;
+            if r.is_ok() {
+                report.trimmed.push(reference.clone());
+            }
+            r
+        } else {
+            let params = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..Default::default() };
+            match api.delete(&l.key.name, &params).await {
+                Ok(_) => {
+                    report.deleted.push(reference.clone());
+                    Ok(())
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(e),
+            }
+        };
+        if let Err(err) = result {
+            report.failed.push((reference, api_message(&err)));
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,223 @@
+//! The reconciler of Activation records with `engine: operator`.
+//!
+//! For the current record of a Kix cluster: validate the store path, apply
+//! the build with the engine (the same one `kix deploy` uses), settle the
+//! phase, supersede the previous record. While it is Active or Degraded, keep
+//! it applied: re-apply drift, re-create deleted objects, prune. A deleted
+//! record's finalizer releases its objects and reports what it could not.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kix_api::{Activation, Drift, FINALIZER, FailedDeletion, Phase};
+use kix_engine::deploy::{DeployOptions, OnError, ReceiptInfo};
+use kix_engine::plan::PlanOptions;
+use kix_manifest::StorePath;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::{Client, Resource, ResourceExt};
+use tracing::{info, instrument, warn};
+
+use crate::metrics::Metrics;
+
+/// Why a reconcile failed; the variant is the metric label.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("engine: {0}")]
+    Engine(#[from] kix_engine::EngineError),
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+    #[error("objects could not be released: {0}")]
+    Release(String),
+}
+
+impl ReconcileError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ReconcileError::Engine(_) => "engine",
+            ReconcileError::Finalizer(_) => "finalizer",
+            ReconcileError::Release(_) => "release",
+        }
+    }
+}
+
+pub struct Context {
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub resync: Duration,
+    pub holder: String,
+    pub lease_namespace: String,
+    /// Kix cluster → its current operator record; record → cluster. Lets the
+    /// watches on owned objects find the record to reconcile.
+    pub current: Mutex<BTreeMap<String, String>>,
+    /// Kinds (apiVersion/Kind) the current records contain: the watches to run.
+    pub kinds: Mutex<BTreeSet<String>>,
+}
+
+#[instrument(skip(record, ctx), fields(activation = %record.name_any()))]
+pub async fn reconcile(record: Arc<Activation>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    if !record.is_operator() {
+        return Ok(Action::await_change());
+    }
+    let started = Instant::now();
+    let api: Api<Activation> = Api::all(ctx.client.clone());
+    let result = finalizer(&api, FINALIZER, record, |event| async {
+        match event {
+            Finalizer::Apply(record) => apply(record, &ctx).await,
+            Finalizer::Cleanup(record) => cleanup(record, &ctx).await,
+        }
+    })
+    .await;
+    ctx.metrics.reconciled(started.elapsed());
+    result.map_err(|e| match e {
+        kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        other => ReconcileError::Finalizer(other.to_string()),
+    })
+}
+
+pub fn error_policy(_record: Arc<Activation>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+    ctx.metrics.error(error.reason());
+    warn!("reconcile failed: {error}");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn event(ctx: &Context, record: &Activation, type_: EventType, reason: &str, note: String) {
+    let reference: ObjectReference = record.object_ref(&());
+    let ev = KubeEvent { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+    if let Err(err) = ctx.recorder.publish(&ev, &reference).await {
+        warn!("could not publish event: {err}");
+    }
+}
+
+async fn fail(ctx: &Context, record: &Activation, message: String) -> Result<Action, ReconcileError> {
+    warn!("{message}");
+    let mut status = record.status.clone().unwrap_or_default();
+    status.phase = Some(Phase::Failed);
+    status.message = Some(message.clone());
+    status.observed_generation = record.metadata.generation;
+    kix_engine::records::set_status(&ctx.client, &record.name_any(), &status).await?;
+    event(ctx, record, EventType::Warning, "Failed", message).await;
+    Ok(Action::await_change())
+}
+
+async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, ReconcileError> {
+    let name = record.name_any();
+    let cluster = record.cluster_name().to_string();
+    let phase = record.phase_or_pending();
+    let spec_changed = record.status.as_ref().and_then(|s| s.observed_generation) != record.metadata.generation;
+
+    // Only the newest operator record of a cluster is acted on.
+    let all = kix_engine::records::list_all(&ctx.client).await?;
+    let newer = kix_engine::records::of_cluster(&all, &cluster)
+        .into_iter()
+        .any(|r| r.is_operator() && r.sequence() > record.sequence() && r.phase() != Some(Phase::Failed));
+    if newer {
+        if matches!(phase, Phase::Pending | Phase::Applying) {
+            let msg = "a newer activation took over".to_string();
+            kix_engine::records::set_phase(&ctx.client, &record, Phase::Superseded, Some(msg)).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    if phase == Phase::Superseded || (phase == Phase::Failed && !spec_changed) {
+        return Ok(Action::await_change());
+    }
+    ctx.current.lock().map(|mut m| m.insert(cluster.clone(), name.clone())).ok();
+
+    // The store path: syntax first, then nix-store (valid, or realised from
+    // the configured substituters). Nothing outside it is read or run.
+    let path = match StorePath::parse(&record.spec.source.path) {
+        Ok(path) => path,
+        Err(err) => return fail(ctx, &record, format!("invalid store path: {err}")).await,
+    };
+    let checked = path.clone();
+    match tokio::task::spawn_blocking(move || kix_nix::ensure_valid(&checked)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => return fail(ctx, &record, format!("store path {path} is not available: {err}")).await,
+        Err(err) => return fail(ctx, &record, format!("checking {path}: {err}")).await,
+    }
+    let build = match kix_manifest::read_tree(path.as_path(), &kix_manifest::ReadOptions::default()) {
+        Ok(build) if build.cluster == cluster => build,
+        Ok(build) => return fail(ctx, &record, format!("{path} is a build of Kix cluster {:?}, not {cluster:?}", build.cluster)).await,
+        Err(err) => return fail(ctx, &record, format!("reading {path}: {err}")).await,
+    };
+    if let Ok(mut kinds) = ctx.kinds.lock() {
+        for object in build.objects() {
+            kinds.insert(format!("{}/{}", object.api_version, object.key.kind));
+        }
+    }
+
+    let fresh = matches!(phase, Phase::Pending | Phase::Applying | Phase::Failed) || spec_changed;
+    let plan_options = PlanOptions { reconcile: !fresh, force_conflicts: true, prune: true, activation: Some(name.clone()) };
+    let plan = kix_engine::plan::plan(&ctx.client, &build, path.as_str(), &plan_options).await?;
+    if !fresh && !plan.has_changes() {
+        return Ok(Action::requeue(ctx.resync));
+    }
+    let drifted = plan.counts.create + plan.counts.update + plan.counts.delete + plan.counts.replace;
+    let options = DeployOptions {
+        engine: kix_api::Engine::Operator,
+        accept_migrations: true,
+        force_conflicts: true,
+        allow_empty: true,
+        on_error: OnError::Continue,
+        record: Some(name.clone()),
+        holder: ctx.holder.clone(),
+        lease: kix_engine::lease::LeaseOptions { namespace: ctx.lease_namespace.clone(), ..Default::default() },
+        receipt: ReceiptInfo { user: "kix-operator".into(), host: ctx.holder.clone(), ..Default::default() },
+        ..DeployOptions::default()
+    };
+    if fresh {
+        event(ctx, &record, EventType::Normal, "Applying", format!("applying {path}")).await;
+    }
+    let outcome = kix_engine::deploy::deploy(&ctx.client, &build, plan, &options).await?;
+    let api: Api<Activation> = Api::all(ctx.client.clone());
+    let latest = api.get(&name).await.map_err(kix_engine::EngineError::Api)?;
+    let mut status = latest.status.clone().unwrap_or_default();
+    status.observed_generation = record.metadata.generation;
+    if !fresh {
+        let drift = status.drift.get_or_insert_with(Drift::default);
+        drift.detected += drifted;
+        drift.corrected += outcome.applied + outcome.pruned;
+        drift.last_corrected = Some(Utc::now());
+        ctx.metrics.drift_corrected(u64::from(outcome.applied + outcome.pruned));
+        info!(objects = drifted, "corrected drift");
+    }
+    kix_engine::records::set_status(&ctx.client, &name, &status).await?;
+    let (type_, reason) = match outcome.phase {
+        Phase::Active if fresh => (EventType::Normal, "Active"),
+        Phase::Active => (EventType::Normal, "DriftCorrected"),
+        _ => (EventType::Warning, outcome.phase.as_str()),
+    };
+    event(ctx, &record, type_, reason, outcome.message.clone()).await;
+    Ok(Action::requeue(ctx.resync))
+}
+
+async fn cleanup(record: Arc<Activation>, ctx: &Context) -> Result<Action, ReconcileError> {
+    let name = record.name_any();
+    let report = kix_engine::retire::release_objects(&ctx.client, &record, &BTreeSet::new()).await?;
+    if !report.failed.is_empty() {
+        // Reported on the record and as an event; the finalizer stays and
+        // retries, so a deletion never hangs silently.
+        let mut status = record.status.clone().unwrap_or_default();
+        status.failed_deletions = report
+            .failed
+            .iter()
+            .map(|(object, reason)| FailedDeletion { object: object.clone(), reason: reason.clone() })
+            .collect();
+        let summary: Vec<String> = report.failed.iter().map(|(o, r)| format!("{o}: {r}")).collect();
+        status.message = Some(format!("cannot delete {} objects: {}", report.failed.len(), summary.join("; ")));
+        kix_engine::records::set_status(&ctx.client, &name, &status).await?;
+        event(ctx, &record, EventType::Warning, "DeleteFailed", summary.join("; ")).await;
+        return Err(ReconcileError::Release(summary.join("; ")));
+    }
+    if let Err(err) = kix_nix::GcRoots::from_env().remove(record.cluster_name(), &name) {
+        warn!("could not remove the GC root of {name}: {err}");
+    }
+    info!(deleted = report.deleted.len(), kept = report.repointed.len() + report.trimmed.len() + report.kept.len(), "released objects");
+    Ok(Action::await_change())
+}

@@ -1,0 +1,79 @@
+//! Prometheus metrics, kept in atomics and rendered as text on /metrics.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds (seconds) of the reconcile duration histogram.
+const BUCKETS: [f64; 9] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+#[derive(Default)]
+pub struct Metrics {
+    reconciles: AtomicU64,
+    drift_corrections: AtomicU64,
+    /// Errors by reason (the error variant, a bounded set).
+    errors: Mutex<BTreeMap<String, u64>>,
+    /// Per bucket counts, then sum (micro-seconds) and count.
+    durations: Mutex<([u64; BUCKETS.len()], u64, u64)>,
+    pub leader: AtomicBool,
+    pub ready: AtomicBool,
+}
+
+impl Metrics {
+    pub fn reconciled(&self, took: Duration) {
+        self.reconciles.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut d) = self.durations.lock() {
+            let secs = took.as_secs_f64();
+            for (i, bound) in BUCKETS.iter().enumerate() {
+                if secs <= *bound {
+                    d.0[i] += 1;
+                }
+            }
+            d.1 += took.as_micros() as u64;
+            d.2 += 1;
+        }
+    }
+
+    pub fn drift_corrected(&self, objects: u64) {
+        self.drift_corrections.fetch_add(objects, Ordering::Relaxed);
+    }
+
+    pub fn error(&self, reason: &str) {
+        if let Ok(mut e) = self.errors.lock() {
+            *e.entry(reason.to_string()).or_default() += 1;
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "# HELP kix_operator_reconciles_total Reconciles of Activation records.");
+        let _ = writeln!(out, "# TYPE kix_operator_reconciles_total counter");
+        let _ = writeln!(out, "kix_operator_reconciles_total {}", self.reconciles.load(Ordering::Relaxed));
+        let _ = writeln!(out, "# HELP kix_operator_drift_corrections_total Objects re-applied because they drifted or were deleted.");
+        let _ = writeln!(out, "# TYPE kix_operator_drift_corrections_total counter");
+        let _ = writeln!(out, "kix_operator_drift_corrections_total {}", self.drift_corrections.load(Ordering::Relaxed));
+        let _ = writeln!(out, "# HELP kix_operator_errors_total Reconcile errors by reason.");
+        let _ = writeln!(out, "# TYPE kix_operator_errors_total counter");
+        if let Ok(errors) = self.errors.lock() {
+            for (reason, n) in errors.iter() {
+                let _ = writeln!(out, "kix_operator_errors_total{{reason=\"{reason}\"}} {n}");
+            }
+        }
+        let _ = writeln!(out, "# HELP kix_operator_reconcile_duration_seconds Time one reconcile took.");
+        let _ = writeln!(out, "# TYPE kix_operator_reconcile_duration_seconds histogram");
+        if let Ok(d) = self.durations.lock() {
+            for (i, bound) in BUCKETS.iter().enumerate() {
+                let _ = writeln!(out, "kix_operator_reconcile_duration_seconds_bucket{{le=\"{bound}\"}} {}", d.0[i]);
+            }
+            let _ = writeln!(out, "kix_operator_reconcile_duration_seconds_bucket{{le=\"+Inf\"}} {}", d.2);
+            let _ = writeln!(out, "kix_operator_reconcile_duration_seconds_sum {}", d.1 as f64 / 1e6);
+            let _ = writeln!(out, "kix_operator_reconcile_duration_seconds_count {}", d.2);
+        }
+        let _ = writeln!(out, "# HELP kix_operator_leader Whether this replica holds the leader lease.");
+        let _ = writeln!(out, "# TYPE kix_operator_leader gauge");
+        let _ = writeln!(out, "kix_operator_leader {}", u8::from(self.leader.load(Ordering::Relaxed)));
+        out
+    }
+}
