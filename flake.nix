@@ -178,6 +178,7 @@
             pkgs
             system
             buildWorkspace
+            workspaceSrc
             ;
           inherit (nixpkgs.lib) nixosSystem;
         }

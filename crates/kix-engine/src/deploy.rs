@@ -330,35 +330,10 @@ pub async fn rollback_to(
     Box::pin(deploy(client, &build, plan, &options)).await
 }
 
-async fn run(
-    client: &Client,
-    build: &Build,
-    plan: &Plan,
-    options: &DeployOptions,
-    lease: &DeployLease,
-) -> Result<DeployOutcome> {
-    if plan.kix_crds != records::CrdState::Current {
-        info!("installing kix CRDs");
-        records::install_crds(client).await?;
-    }
-    // Holding the lease, any record of this cluster still Pending or Applying
-    // was left by a deploy that died: it never finished.
-    let all = records::list_all(client).await?;
-    for stale in records::of_cluster(&all, &plan.cluster) {
-        let is_this = options.record.is_some() && stale.metadata.name == options.record;
-        if !is_this && matches!(stale.phase_or_pending(), Phase::Pending | Phase::Applying) {
-            records::set_phase(
-                client,
-                stale,
-                Phase::Failed,
-                Some("interrupted: the deploy ended before it settled".into()),
-            )
-            .await?;
-        }
-    }
-    let sequence = Activation::sequence_in(&plan.activation, &plan.cluster).unwrap_or(1);
+/// The spec of the record a deploy of `plan` writes: source and receipt.
+pub fn activation_spec(plan: &Plan, options: &DeployOptions) -> ActivationSpec {
     let counts = &plan.counts;
-    let spec = ActivationSpec {
+    ActivationSpec {
         cluster: plan.cluster.clone(),
         source: Source {
             path: plan.store_path.clone(),
@@ -387,7 +362,37 @@ async fn run(
             rollback_from: options.receipt.rollback_from.clone(),
         },
         engine: options.engine,
-    };
+    }
+}
+
+async fn run(
+    client: &Client,
+    build: &Build,
+    plan: &Plan,
+    options: &DeployOptions,
+    lease: &DeployLease,
+) -> Result<DeployOutcome> {
+    if plan.kix_crds != records::CrdState::Current {
+        info!("installing kix CRDs");
+        records::install_crds(client).await?;
+    }
+    // Holding the lease, any record of this cluster still Pending or Applying
+    // was left by a deploy that died: it never finished.
+    let all = records::list_all(client).await?;
+    for stale in records::of_cluster(&all, &plan.cluster) {
+        let is_this = options.record.is_some() && stale.metadata.name == options.record;
+        if !is_this && matches!(stale.phase_or_pending(), Phase::Pending | Phase::Applying) {
+            records::set_phase(
+                client,
+                stale,
+                Phase::Failed,
+                Some("interrupted: the deploy ended before it settled".into()),
+            )
+            .await?;
+        }
+    }
+    let sequence = Activation::sequence_in(&plan.activation, &plan.cluster).unwrap_or(1);
+    let spec = activation_spec(plan, options);
     let record = match &options.record {
         Some(existing) => kube::Api::<Activation>::all(client.clone()).get(existing).await?,
         None => records::create(client, sequence, spec, plan.kinds.clone()).await?,

@@ -27,6 +27,9 @@ fn ignored(path: &str) -> bool {
             | "metadata.creationTimestamp"
             | "metadata.uid"
             | "status"
+            // Items of a LIST carry no type; an object's kind never changes.
+            | "apiVersion"
+            | "kind"
     ) || path.starts_with("metadata.annotations.kix.run/")
 }
 

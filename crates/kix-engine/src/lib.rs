@@ -10,12 +10,14 @@ pub mod deploy;
 pub mod desired;
 pub mod diff;
 pub mod error;
+pub mod gc;
 pub mod health;
 pub mod lease;
 pub mod live;
 pub mod plan;
 pub mod records;
 pub mod resources;
+pub mod status;
 pub mod retire;
 pub mod wait;
 

@@ -193,9 +193,9 @@ pub async fn list_all_required(client: &Client) -> Result<Vec<Activation>> {
     let api: Api<Activation> = Api::all(client.clone());
     match api.list(&ListParams::default()).await {
         Ok(list) => Ok(list.items),
-        Err(kube::Error::Api(status)) if status.code == 404 => Err(EngineError::Records(
-            format!("{CRDS_MISSING}: listing activations.kix.run answered 404 Not Found"),
-        )),
+        Err(kube::Error::Api(status)) if status.code == 404 => Err(EngineError::Records(format!(
+            "{CRDS_MISSING}: listing activations.kix.run answered 404 Not Found"
+        ))),
         Err(err) => Err(EngineError::Records(format!("listing activations: {err}"))),
     }
 }
@@ -212,23 +212,21 @@ pub enum RecordDeletion {
     /// The record was already gone.
     NotFound,
     /// The record still exists, waiting for these finalizers.
-    Pending { finalizers: Vec<String> },
+    Pending {
+        finalizers: Vec<String>,
+    },
 }
 
 /// Deletes the Activation record `name`.
 pub async fn delete(client: &Client, name: &str) -> Result<RecordDeletion> {
     let api: Api<Activation> = Api::all(client.clone());
     match api.delete(name, &kube::api::DeleteParams::default()).await {
-        Ok(either) => match either {
-            kube::core::Either::Left(still) => {
-                let finalizers = still.finalizers().to_vec();
-                if finalizers.is_empty() {
-                    Ok(RecordDeletion::Deleted)
-                } else {
-                    Ok(RecordDeletion::Pending { finalizers })
-                }
-            }
-            kube::core::Either::Right(_) => Ok(RecordDeletion::Deleted),
+        // Left: the object still exists (finalizers pending); Right: gone.
+        Ok(either) => match either.left() {
+            Some(still) if !still.finalizers().is_empty() => Ok(RecordDeletion::Pending {
+                finalizers: still.finalizers().to_vec(),
+            }),
+            _ => Ok(RecordDeletion::Deleted),
         },
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(RecordDeletion::NotFound),
         Err(err) => Err(EngineError::Records(format!(

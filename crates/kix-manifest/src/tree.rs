@@ -491,11 +491,15 @@ impl Reader<'_> {
             )?;
         }
         // Apply order inside the package; keys are unique, so this is total.
-        package_objects.sort_by(|a: &Object, b: &Object| {
-            kind_rank(&a.key.group, &a.key.kind)
-                .cmp(&kind_rank(&b.key.group, &b.key.kind))
-                .then_with(|| a.key.cmp(&b.key))
+        // The rank is computed once per object, not per comparison.
+        let mut ranked: Vec<(u8, Object)> = package_objects
+            .into_iter()
+            .map(|o| (kind_rank(&o.key.group, &o.key.kind), o))
+            .collect();
+        ranked.sort_unstable_by(|(rank_a, a), (rank_b, b)| {
+            rank_a.cmp(rank_b).then_with(|| a.key.cmp(&b.key))
         });
+        let package_objects = ranked.into_iter().map(|(_, o)| o).collect();
 
         Ok(Package {
             name: meta.name,

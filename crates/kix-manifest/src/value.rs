@@ -199,18 +199,33 @@ fn fits(value: &Value, remaining: &mut usize) -> bool {
 
 /// Length of a string as serde_json writes it, quotes included.
 fn json_str_len(s: &str) -> usize {
-    2 + s
+    let escaped = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
+    // Almost no string has anything to escape: a quick count first (this
+    // simple loop vectorizes), the exact extra length only when needed.
+    if !s.bytes().any(escaped) {
+        return s.len() + 2;
+    }
+    let extra: usize = s
         .bytes()
         .map(|b| match b {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
-            0..=0x1f => 6, // \u00XX
-            _ => 1,
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1, // \x
+            0..=0x1f => 5,                                         // \u00XX
+            _ => 0,
         })
-        .sum::<usize>()
+        .sum();
+    s.len() + 2 + extra
 }
 
 /// Length of a number as serde_json writes it (its `Display` is the same).
 fn display_len(n: &Number) -> usize {
+    // Integers are most numbers in manifests: count digits directly.
+    if let Some(u) = n.as_u64() {
+        return u.checked_ilog10().map_or(1, |d| d as usize + 1);
+    }
+    if let Some(i) = n.as_i64() {
+        // Negative here (non-negative ones are u64 above).
+        return 1 + i.unsigned_abs().checked_ilog10().map_or(1, |d| d as usize + 1);
+    }
     struct Count(usize);
     impl fmt::Write for Count {
         fn write_str(&mut self, s: &str) -> fmt::Result {

@@ -53,6 +53,8 @@ pub struct Context {
     pub resync: Duration,
     pub holder: String,
     pub lease_namespace: String,
+    /// Kix clusters this operator manages; empty: all.
+    pub clusters: BTreeSet<String>,
     /// Kix cluster → its current operator record; record → cluster. Lets the
     /// watches on owned objects find the record to reconcile.
     pub current: Mutex<BTreeMap<String, String>>,
@@ -62,7 +64,7 @@ pub struct Context {
 
 #[instrument(skip(record, ctx), fields(activation = %record.name_any()))]
 pub async fn reconcile(record: Arc<Activation>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    if !record.is_operator() {
+    if !record.is_operator() || !(ctx.clusters.is_empty() || ctx.clusters.contains(record.cluster_name())) {
         return Ok(Action::await_change());
     }
     let started = Instant::now();

@@ -52,6 +52,13 @@ struct Args {
     /// This replica's identity (default: $POD_NAME, else host and pid).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// Manage only these Kix clusters (repeatable); default: every cluster.
+    /// Lets several operators share an apiserver, each with its own clusters.
+    #[arg(long = "cluster", value_name = "NAME")]
+    clusters: Vec<String>,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "kix-operator")]
+    leader_lease: String,
     /// Leader lease duration in seconds.
     #[arg(long, default_value_t = 15)]
     leader_lease_seconds: u64,
@@ -115,7 +122,7 @@ async fn main() -> anyhow::Result<()> {
     metrics.ready.store(true, Ordering::Relaxed);
 
     // Leader election: only the holder of the lease runs the controller.
-    let leader = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), "kix-operator")
+    let leader = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.leader_lease)
         .with_namespace(&args.lease_namespace)
         .with_identity(&identity)
         .with_duration(args.leader_lease_seconds)
@@ -152,6 +159,7 @@ async fn main() -> anyhow::Result<()> {
             resync: args.resync_interval,
             holder: identity.clone(),
             lease_namespace: args.lease_namespace.clone(),
+            clusters: args.clusters.iter().cloned().collect(),
             current: Default::default(),
             kinds: Default::default(),
         });

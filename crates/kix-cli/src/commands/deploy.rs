@@ -42,6 +42,10 @@ pub struct DeployArgs {
     /// Server-side applies in flight at once.
     #[arg(long, default_value_t = 32)]
     pub concurrency: usize,
+    /// Let the in-cluster operator apply: write the Activation record, then
+    /// wait for the operator to finish it.
+    #[arg(long)]
+    pub operator: bool,
     /// Output format of the plan and the result.
     #[arg(long, short, value_enum, default_value_t)]
     pub output: OutputFormat,
@@ -136,6 +140,9 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
         },
         ..DeployOptions::default()
     };
+    if args.operator {
+        return deploy_with_operator(&client, &build, &plan, options, &args).await;
+    }
     // Refusals first: nothing is asked or changed when the plan cannot run.
     kix_engine::deploy::check_plan(&plan, &build, &options)?;
     if plan.has_changes()
@@ -188,4 +195,30 @@ pub fn confirm(args: &ConfirmArgs, question: &str) -> anyhow::Result<bool> {
         eprintln!("nothing changed");
     }
     Ok(yes)
+}
+
+/// `deploy --operator`: the local plan's guards, then the record, then wait.
+async fn deploy_with_operator(
+    client: &kube::Client,
+    build: &kix_manifest::Build,
+    plan: &kix_engine::plan::Plan,
+    mut options: DeployOptions,
+    args: &DeployArgs,
+) -> anyhow::Result<ExitCode> {
+    use super::operator;
+    operator::warn_local_engine_flags();
+    // Conflicts are the operator's to resolve (it applies with force).
+    options.force_conflicts = true;
+    kix_engine::deploy::check_plan(plan, build, &options)?;
+    operator::require_records(client).await?;
+    if !confirm(&args.confirm, &format!("Activate {} on Kix cluster {} through the operator?", plan.store_path, build.cluster))? {
+        return Ok(ExitCode::from(1));
+    }
+    options.engine = kix_api::Engine::Operator;
+    let record = operator::create_record(client, plan, kix_engine::deploy::activation_spec(plan, &options)).await?;
+    let name = kube::ResourceExt::name_any(&record);
+    eprintln!("recorded {name}; waiting for the operator");
+    let phase = operator::wait_for_operator(client, &name, None).await?;
+    println!("{name}: {phase}");
+    Ok(if phase == Phase::Active { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

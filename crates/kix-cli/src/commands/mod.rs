@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub mod build;
 pub mod crds;
 pub mod deploy;
+pub mod operator;
 pub mod plan;
 
 #[derive(Debug, Parser)]

@@ -1,0 +1,150 @@
+# NixOS VM test: k3s and the kix-operator module on one node.
+#
+#   nix build .#checks.x86_64-linux.vm-test        (container mode, default)
+#   nix build .#checks.x86_64-linux.vm-test-host   (host mode)
+#
+# The node runs k3s (server, the add-ons that need images disabled) and
+# services.kix-operator with k3s's admin kubeconfig. The test checks that the
+# bootstrap installed the CRDs and the operator's RBAC, deploys the demo
+# cluster (checks/nix/demo-cluster.nix, ConfigMaps only: no image pulls) with
+# `kix deploy demo --path <build> --operator --yes`, waits for its objects,
+# then edits and deletes them and waits until the operator has restored them
+# (drift corrected), and looks at `kix status`, the Activation and the GC root.
+{
+  pkgs,
+  self,
+  system,
+  mode ? "container",
+}:
+let
+  inherit (pkgs) lib;
+  kix = self.packages.${system}.kix;
+  cluster = import ./demo-cluster.nix {
+    kixLib = self.lib;
+    inherit pkgs;
+  };
+  kubeconfig = "/etc/rancher/k3s/k3s.yaml";
+  serviceAccount = "system:serviceaccount:kix-system:kix-operator";
+  operatorUnit = if mode == "container" then "podman-kix-operator.service" else "kix-operator.service";
+in
+pkgs.testers.runNixOSTest {
+  name = "kix-operator-${mode}";
+
+  nodes.machine =
+    { ... }:
+    {
+      imports = [ self.nixosModules.default ];
+
+      virtualisation = {
+        memorySize = 3072;
+        diskSize = 8192;
+        cores = 2;
+        # Registered in the VM's Nix database, as a build copied to the host.
+        additionalPaths = [ cluster ];
+      };
+
+      services.k3s = {
+        enable = true;
+        role = "server";
+        extraFlags = [
+          "--disable coredns"
+          "--disable local-storage"
+          "--disable metrics-server"
+          "--disable servicelb"
+          "--disable traefik"
+        ];
+      };
+
+      services.kix-operator = {
+        enable = true;
+        inherit mode;
+        kubeconfigFile = kubeconfig;
+        logFormat = "json";
+        settings."resync-interval" = "15s";
+      };
+
+      environment.systemPackages = [ kix ];
+    };
+
+  testScript = ''
+    cluster = "${cluster}"
+    kubectl = "k3s kubectl"
+    kix = "KUBECONFIG=${kubeconfig} kix"
+    container_mode = ${if mode == "container" then "True" else "False"}
+    sa = "${serviceAccount}"
+
+    def greeting():
+        return machine.succeed(
+            f"{kubectl} -n kix-vm get configmap demo-settings -o jsonpath='{{.data.greeting}}'"
+        ).strip()
+
+    start_all()
+    machine.wait_for_unit("k3s.service")
+    machine.wait_until_succeeds(f"{kubectl} get --raw /readyz", timeout=300)
+
+    with subtest("bootstrap: CRDs and least-privilege RBAC"):
+        machine.wait_for_unit("kix-operator-bootstrap.service", timeout=600)
+        machine.succeed(
+            f"{kubectl} wait --for=condition=Established --timeout=60s"
+            " crd/activations.kix.run crd/packageinstances.kix.run"
+        )
+        machine.succeed(f"{kubectl} -n kix-system get serviceaccount kix-operator")
+        for check in [
+            "watch activations.kix.run",
+            "update activations.kix.run --subresource=status",
+            "update activations.kix.run --subresource=finalizers",
+            "create packageinstances.kix.run",
+            "create leases.coordination.k8s.io -n kube-system",
+            "create events",
+        ]:
+            machine.succeed(f"{kubectl} auth can-i {check} --as={sa}")
+        rules = machine.succeed(f"{kubectl} get clusterrole kix-operator -o jsonpath='{{.rules}}'")
+        assert '"*"' not in rules, f"the records role must not grant wildcards: {rules}"
+        # The operator authenticates as its ServiceAccount, not as k3s admin.
+        machine.succeed("test -s /var/lib/kix-operator/kubeconfig")
+        machine.succeed("grep -q 'token:' /var/lib/kix-operator/kubeconfig")
+
+    with subtest("operator runs (${mode} mode)"):
+        machine.wait_for_unit("${operatorUnit}", timeout=300)
+        machine.wait_for_open_port(8080, timeout=300)
+        if container_mode:
+            # The container sees the host store (read-only) and nix-store
+            # inside it talks to the host's nix-daemon.
+            machine.succeed(f"podman exec kix-operator nix-store --check-validity {cluster}")
+            machine.fail("podman exec kix-operator touch /nix/store/kix-test-write")
+
+    with subtest("kix deploy --operator"):
+        machine.succeed(f"{kix} build demo --path {cluster}")
+        machine.succeed(f"{kix} deploy demo --path {cluster} --operator --yes")
+        machine.wait_until_succeeds(
+            f"{kubectl} -n kix-vm get configmap demo-settings demo-extra", timeout=300
+        )
+        assert greeting() == "hello", greeting()
+        machine.wait_until_succeeds(
+            f"{kubectl} get activations -l kix.run/cluster=demo"
+            " -o jsonpath='{.items[*].status.phase}' | grep -qw Active",
+            timeout=300,
+        )
+        machine.succeed(
+            f"{kubectl} get activations -l kix.run/cluster=demo"
+            " -o jsonpath='{.items[*].spec.engine}' | grep -qw operator"
+        )
+
+    with subtest("drift is corrected"):
+        machine.succeed(
+            f"{kubectl} -n kix-vm patch configmap demo-settings --type merge"
+            " -p '{\"data\":{\"greeting\":\"drifted\"}}'"
+        )
+        machine.wait_until_succeeds(
+            f"test \"$({kubectl} -n kix-vm get configmap demo-settings"
+            " -o jsonpath='{.data.greeting}')\" = hello",
+            timeout=180,
+        )
+        machine.succeed(f"{kubectl} -n kix-vm delete configmap demo-extra")
+        machine.wait_until_succeeds(f"{kubectl} -n kix-vm get configmap demo-extra", timeout=180)
+
+    with subtest("status and GC root"):
+        machine.succeed(f"{kix} status demo --operator")
+        machine.succeed(f"readlink -f /nix/var/nix/gcroots/kix/demo/* | grep -qx {cluster}")
+  '';
+}

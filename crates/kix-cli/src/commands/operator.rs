@@ -1,0 +1,122 @@
+//! Operator mode (`--operator`): the CLI builds and plans locally, writes the
+//! Activation record, and the in-cluster operator applies it. This file holds
+//! what the `--operator` variants of deploy, rollback, gc and status share:
+//! the CRD check, writing records, and waiting for the operator.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use kix_api::{Activation, ActivationSpec, Engine, Phase};
+use kix_engine::plan::Plan;
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+
+/// How often the CLI polls the record, and how long it waits for a terminal phase.
+pub const POLL_EVERY: Duration = Duration::from_secs(2);
+pub const WAIT_FOR: Duration = Duration::from_secs(600);
+/// How long `gc --operator` waits for the finalizer of each record.
+pub const GC_WAIT_PER_RECORD: Duration = Duration::from_secs(300);
+
+/// The flags that control the local engine and do nothing in operator mode.
+pub const LOCAL_ENGINE_FLAGS: [&str; 8] =
+    ["--timeout", "--on-error", "--prune", "--prune-mode", "--reconcile", "--force-conflicts", "--tui", "--log-format"];
+
+/// Warns about each local-engine flag given on the command line.
+pub fn warn_local_engine_flags() {
+    let given: Vec<&str> = LOCAL_ENGINE_FLAGS
+        .iter()
+        .copied()
+        .filter(|flag| std::env::args().any(|a| a == *flag || a.starts_with(&format!("{flag}="))))
+        .collect();
+    for flag in given {
+        eprintln!("warning: {flag} has no effect in operator mode (the operator's engine settings apply)");
+    }
+}
+
+/// Before changing anything: the Activation CRD is installed and this account
+/// can list Activation records.
+pub async fn require_records(client: &Client) -> anyhow::Result<()> {
+    let api: Api<Activation> = Api::all(client.clone());
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => bail!(
+            "the Activation CRD (activations.kix.run) is not installed: nothing was changed. Install it with `kix crds | kubectl apply -f -` and run the kix operator"
+        ),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            bail!("this account cannot list Activation records: nothing was changed ({})", s.message)
+        }
+        Err(err) => Err(err).context("listing Activation records"),
+    }
+}
+
+/// Writes the record the operator will apply: the build's store path and the
+/// deploy receipt, `engine: operator`.
+pub async fn create_record(client: &Client, plan: &Plan, mut spec: ActivationSpec) -> anyhow::Result<Activation> {
+    spec.engine = Engine::Operator;
+    let sequence = Activation::sequence_in(&plan.activation, &plan.cluster).unwrap_or(1);
+    let record = Activation::new_record(sequence, spec);
+    let api: Api<Activation> = Api::all(client.clone());
+    api.create(&PostParams::default(), &record)
+        .await
+        .with_context(|| format!("creating Activation {}", record.name_any()))
+}
+
+/// Polls the record every 2 s until the operator settles it, printing progress
+/// as the operator reports it. Active or Degraded are returned; Failed,
+/// Superseded and the 600 s timeout are errors. `generation`: wait for the
+/// operator to have observed at least this generation (rollback changes the
+/// spec of an existing record).
+pub async fn wait_for_operator(client: &Client, name: &str, generation: Option<i64>) -> anyhow::Result<Phase> {
+    let api: Api<Activation> = Api::all(client.clone());
+    let started = Instant::now();
+    let mut last = String::new();
+    loop {
+        let record = api.get(name).await.with_context(|| format!("reading Activation {name}"))?;
+        let status = record.status.clone().unwrap_or_default();
+        let observed = generation.is_none() || status.observed_generation >= generation;
+        let phase = status.phase.unwrap_or(Phase::Pending);
+        let progress = status
+            .progress
+            .as_ref()
+            .map(|p| format!(" ({}/{} applied, {} healthy, {} pruned)", p.applied, p.total, p.healthy, p.pruned))
+            .unwrap_or_default();
+        let line = format!("{name}: {phase}{progress}");
+        if line != last {
+            eprintln!("{line}");
+            last = line;
+        }
+        if observed {
+            match phase {
+                Phase::Active | Phase::Degraded => return Ok(phase),
+                Phase::Failed => bail!("{name} failed: {}", status.message.unwrap_or_default()),
+                Phase::Superseded => bail!("{name}: a newer activation took over"),
+                Phase::Pending | Phase::Applying => {}
+            }
+        }
+        if started.elapsed() >= WAIT_FOR {
+            bail!(
+                "timed out after {}s waiting for the operator to finish {name} (it is {phase}); the operator keeps working on it",
+                WAIT_FOR.as_secs()
+            );
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// Waits until the record is gone (its finalizer released its objects), up to
+/// 300 s; an error names what the finalizer could not delete.
+pub async fn wait_deleted(client: &Client, name: &str) -> anyhow::Result<()> {
+    let api: Api<Activation> = Api::all(client.clone());
+    let started = Instant::now();
+    loop {
+        let Some(record) = api.get_opt(name).await? else { return Ok(()) };
+        if started.elapsed() >= GC_WAIT_PER_RECORD {
+            let status = record.status.unwrap_or_default();
+            let failed: Vec<String> =
+                status.failed_deletions.iter().map(|f| format!("{}: {}", f.object, f.reason)).collect();
+            let why = if failed.is_empty() { "the operator did not release it".to_string() } else { failed.join("; ") };
+            bail!("Activation {name} could not be deleted within {}s: {why}", GC_WAIT_PER_RECORD.as_secs());
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}

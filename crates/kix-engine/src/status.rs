@@ -1,0 +1,526 @@
+//! `kix status` and `kix history`: what a Kix cluster runs, read from its
+//! records, its current build and the live cluster. Reads only; needs no
+//! operator.
+//!
+//! Health of each object of the current build: Ready, Progressing, Degraded
+//! (kstatus, [`crate::health`]), Missing (in the build, not live), Drifted
+//! (live, but its digest annotation is not the build's, or a field the build
+//! sets has another value). Live objects of the cluster that the build does
+//! not have are listed too, marked `extra`. One full LIST per kind, with kix's
+//! label selector.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, TryStreamExt, stream};
+use kix_api::{
+    ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, Activation, Counts, Engine, LABEL_OWNER,
+    LABEL_PACKAGE, ObjectRef, Phase, Progress, owner_value,
+};
+use kix_manifest::ObjectKey;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::discovery::ApiResource;
+use kube::{Client, ResourceExt};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::desired::{Desired, desired_objects};
+use crate::diff::drifted_fields;
+use crate::error::{EngineError, Result};
+use crate::health::{Health, health};
+use crate::live::{activation_clusters, belongs_to};
+use crate::records;
+use crate::resources::{Resources, Served};
+
+/// One Activation record, as `status` and `history` show it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordSummary {
+    pub name: String,
+    pub sequence: Option<u64>,
+    pub phase: Option<Phase>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flake: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    pub user: String,
+    pub host: String,
+    pub time: DateTime<Utc>,
+    pub kix_version: String,
+    pub engine: Engine,
+    pub counts: Counts,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollback_from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+    /// The cluster's current activation.
+    pub current: bool,
+}
+
+impl RecordSummary {
+    pub fn new(record: &Activation, current: bool) -> RecordSummary {
+        let status = record.status.as_ref();
+        let receipt = &record.spec.receipt;
+        RecordSummary {
+            name: record.name_any(),
+            sequence: record.sequence(),
+            phase: record.phase(),
+            message: status.and_then(|s| s.message.clone()),
+            path: record.spec.source.path.clone(),
+            flake: record.spec.source.flake.clone(),
+            revision: record.spec.source.revision.clone(),
+            user: receipt.user.clone(),
+            host: receipt.host.clone(),
+            time: receipt.time,
+            kix_version: receipt.kix_version.clone(),
+            engine: record.spec.engine,
+            counts: receipt.counts,
+            rollback_from: receipt.rollback_from.clone(),
+            progress: status.and_then(|s| s.progress),
+            current,
+        }
+    }
+}
+
+/// The activations of `cluster`, newest first.
+pub fn history(records: &[Activation], cluster: &str) -> Vec<RecordSummary> {
+    let current = records::current(records, cluster).map(|r| r.name_any());
+    records::of_cluster(records, cluster)
+        .into_iter()
+        .rev()
+        .map(|r| RecordSummary::new(r, Some(r.name_any()) == current))
+        .collect()
+}
+
+/// An object's health as `kix status` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum HealthState {
+    Ready,
+    Progressing,
+    Degraded,
+    Missing,
+    Drifted,
+}
+
+impl HealthState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthState::Ready => "Ready",
+            HealthState::Progressing => "Progressing",
+            HealthState::Degraded => "Degraded",
+            HealthState::Missing => "Missing",
+            HealthState::Drifted => "Drifted",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectStatus {
+    pub object: ObjectRef,
+    pub health: HealthState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Live and owned by this Kix cluster, but not in the current build.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub extra: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HealthCounts {
+    #[serde(rename = "Ready")]
+    pub ready: u32,
+    #[serde(rename = "Progressing")]
+    pub progressing: u32,
+    #[serde(rename = "Degraded")]
+    pub degraded: u32,
+    #[serde(rename = "Missing")]
+    pub missing: u32,
+    #[serde(rename = "Drifted")]
+    pub drifted: u32,
+}
+
+impl HealthCounts {
+    fn add(&mut self, state: HealthState) {
+        match state {
+            HealthState::Ready => self.ready += 1,
+            HealthState::Progressing => self.progressing += 1,
+            HealthState::Degraded => self.degraded += 1,
+            HealthState::Missing => self.missing += 1,
+            HealthState::Drifted => self.drifted += 1,
+        }
+    }
+
+    pub fn total(&self) -> u32 {
+        self.ready + self.progressing + self.degraded + self.missing + self.drifted
+    }
+
+    /// Everything Ready.
+    pub fn all_ready(&self) -> bool {
+        self.total() == self.ready
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PackageStatus {
+    pub name: String,
+    /// From the build; unknown when the build could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    pub counts: HealthCounts,
+    pub objects: Vec<ObjectStatus>,
+}
+
+/// Whether the current build could be read.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum BuildState {
+    /// No current activation: nothing to read.
+    None,
+    Read,
+    /// Only live objects are shown.
+    Unreadable {
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceSummary {
+    pub name: String,
+    pub package: String,
+    pub version: String,
+    pub activation: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<kix_api::PackagePhase>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+}
+
+/// What `kix status` shows.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub cluster: String,
+    pub current: Option<RecordSummary>,
+    /// The newest record, when it is not the current one (a deploy that
+    /// failed or is still running).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latest: Option<RecordSummary>,
+    pub build: BuildState,
+    pub counts: HealthCounts,
+    /// In the build's apply order, then packages only live objects name.
+    pub packages: Vec<PackageStatus>,
+    pub package_instances: Vec<InstanceSummary>,
+}
+
+/// How many LISTs run at once.
+const LIST_CONCURRENCY: usize = 8;
+
+/// Reads the status of `cluster`.
+pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
+    let all = records::list_all_required(client).await?;
+    let mine = records::of_cluster(&all, cluster);
+    let current = records::current(&all, cluster);
+    let latest = mine
+        .last()
+        .filter(|r| Some(r.name_any()) != current.map(|c| c.name_any()))
+        .map(|r| RecordSummary::new(r, false));
+    let clusters = activation_clusters(&all);
+
+    let mut resources = Resources::new(client.clone());
+    let mut build_state = BuildState::None;
+    let mut build_packages: Vec<(String, String)> = Vec::new();
+    let mut desired: Vec<Desired> = Vec::new();
+    if let Some(current) = current {
+        let path = &current.spec.source.path;
+        match kix_manifest::read_tree(
+            std::path::Path::new(path),
+            &kix_manifest::ReadOptions::default(),
+        )
+        .map_err(EngineError::from)
+        {
+            Ok(build) => match desired_objects(&build, &mut resources).await {
+                Ok(d) => {
+                    desired = d;
+                    build_packages = build
+                        .packages
+                        .iter()
+                        .map(|p| (p.name.clone(), p.version.clone()))
+                        .collect();
+                    build_state = BuildState::Read;
+                }
+                Err(err) => {
+                    build_state = BuildState::Unreadable {
+                        reason: err.to_string(),
+                    };
+                }
+            },
+            Err(err) => {
+                build_state = BuildState::Unreadable {
+                    reason: format!("{path}: {err}"),
+                };
+            }
+        }
+    }
+
+    // Kinds: the build's, and every kind this cluster's records name.
+    let mut kinds: BTreeMap<(String, String), (ApiResource, bool)> = BTreeMap::new();
+    for d in &desired {
+        if d.resource.served == Served::Yes {
+            kinds.insert(
+                (d.resource.api.group.clone(), d.key.kind.clone()),
+                (d.resource.api.clone(), d.resource.namespaced),
+            );
+        }
+    }
+    for record in &mine {
+        for kind in record.status.iter().flat_map(|s| &s.kinds) {
+            let Some((api_version, kind)) = kind.rsplit_once('/') else {
+                continue;
+            };
+            if let Some(r) = resources.get(api_version, kind).await?
+                && r.served == Served::Yes
+            {
+                kinds.insert(
+                    (r.api.group.clone(), kind.to_string()),
+                    (r.api, r.namespaced),
+                );
+            }
+        }
+    }
+    let live = list_full(client, kinds.into_values().collect()).await?;
+    let mine_live: HashMap<&ObjectKey, &FullLive> = live
+        .iter()
+        .filter(|l| {
+            l.owned
+                && l.activations
+                    .iter()
+                    .any(|a| belongs_to(a, cluster, &clusters))
+        })
+        .map(|l| (&l.key, l))
+        .collect();
+
+    let mut packages: Vec<PackageStatus> = build_packages
+        .iter()
+        .map(|(name, version)| PackageStatus {
+            name: name.clone(),
+            version: Some(version.clone()),
+            counts: HealthCounts::default(),
+            objects: vec![],
+        })
+        .collect();
+    let push = |packages: &mut Vec<PackageStatus>, package: &str, status: ObjectStatus| {
+        let index = match packages.iter().position(|p| p.name == package) {
+            Some(i) => i,
+            None => {
+                packages.push(PackageStatus {
+                    name: package.to_string(),
+                    version: None,
+                    counts: HealthCounts::default(),
+                    objects: vec![],
+                });
+                packages.len() - 1
+            }
+        };
+        packages[index].counts.add(status.health);
+        packages[index].objects.push(status);
+    };
+    let mut in_build = std::collections::HashSet::new();
+    for d in &desired {
+        in_build.insert(&d.key);
+        let object = ObjectRef::new(
+            d.api_version.clone(),
+            d.key.kind.clone(),
+            d.key.namespace.clone(),
+            d.key.name.clone(),
+        );
+        let (health_state, reason) = match mine_live.get(&d.key) {
+            None => (HealthState::Missing, None),
+            Some(l) => desired_health(d, l),
+        };
+        push(
+            &mut packages,
+            &d.package,
+            ObjectStatus {
+                object,
+                health: health_state,
+                reason,
+                extra: false,
+            },
+        );
+    }
+    let mut extras: Vec<&&FullLive> = mine_live
+        .values()
+        .filter(|l| !in_build.contains(&l.key))
+        .collect();
+    extras.sort_by(|a, b| a.package.cmp(&b.package).then_with(|| a.key.cmp(&b.key)));
+    let have_build = matches!(build_state, BuildState::Read);
+    for l in extras {
+        let (state, reason) = live_health(&l.value);
+        push(
+            &mut packages,
+            l.package.as_deref().unwrap_or("(no package label)"),
+            ObjectStatus {
+                object: ObjectRef::new(
+                    l.api_version.clone(),
+                    l.key.kind.clone(),
+                    l.key.namespace.clone(),
+                    l.key.name.clone(),
+                ),
+                health: state,
+                reason,
+                extra: have_build,
+            },
+        );
+    }
+    let mut counts = HealthCounts::default();
+    for p in &packages {
+        for o in &p.objects {
+            counts.add(o.health);
+        }
+    }
+    let package_instances = records::package_instances(client, cluster)
+        .await?
+        .into_iter()
+        .map(|p| InstanceSummary {
+            name: p.name_any(),
+            package: p.spec.package.clone(),
+            version: p.spec.version.clone(),
+            activation: p.spec.activation.clone(),
+            phase: p.status.as_ref().and_then(|s| s.phase),
+            health: p.status.as_ref().and_then(|s| s.health.clone()),
+        })
+        .collect();
+    Ok(Status {
+        cluster: cluster.to_string(),
+        current: current.map(|c| RecordSummary::new(c, true)),
+        latest,
+        build: build_state,
+        counts,
+        packages,
+        package_instances,
+    })
+}
+
+/// Drifted before anything else: a drifted object's health says little
+/// about the build.
+fn desired_health(d: &Desired, l: &FullLive) -> (HealthState, Option<String>) {
+    if l.digest.as_deref() != Some(d.digest.as_str()) {
+        return (
+            HealthState::Drifted,
+            Some("its digest is not the build's: another build or a person changed it".into()),
+        );
+    }
+    let fields = drifted_fields(&d.manifest, &l.value);
+    if !fields.is_empty() {
+        let shown: Vec<&str> = fields.iter().take(3).map(String::as_str).collect();
+        let more = if fields.len() > 3 {
+            format!(" and {} more", fields.len() - 3)
+        } else {
+            String::new()
+        };
+        return (
+            HealthState::Drifted,
+            Some(format!(
+                "changed since kix applied it: {}{more}",
+                shown.join(", ")
+            )),
+        );
+    }
+    live_health(&l.value)
+}
+
+fn live_health(value: &Value) -> (HealthState, Option<String>) {
+    match health(value) {
+        Health::Ready => (HealthState::Ready, None),
+        Health::Progressing { reason } => (HealthState::Progressing, Some(reason)),
+        Health::Degraded { reason } => (HealthState::Degraded, Some(reason)),
+    }
+}
+
+/// A live object kix labelled, read in full.
+struct FullLive {
+    key: ObjectKey,
+    api_version: String,
+    owned: bool,
+    digest: Option<String>,
+    activations: std::collections::BTreeSet<String>,
+    package: Option<String>,
+    value: Value,
+}
+
+/// The object as JSON with apiVersion and kind (list items lack them).
+fn typed(obj: &DynamicObject, resource: &ApiResource) -> Value {
+    let mut value = serde_json::to_value(obj).unwrap_or(Value::Null);
+    if let Some(map) = value.as_object_mut() {
+        map.insert(
+            "apiVersion".into(),
+            Value::String(resource.api_version.clone()),
+        );
+        map.insert("kind".into(), Value::String(resource.kind.clone()));
+    }
+    value
+}
+
+/// One LIST per kind, cluster-wide, kix's label selector, full objects.
+async fn list_full(client: &Client, kinds: Vec<(ApiResource, bool)>) -> Result<Vec<FullLive>> {
+    let selector = kix_api::labels::managed_selector();
+    let lists = stream::iter(kinds.into_iter().map(|(resource, namespaced)| {
+        let client = client.clone();
+        let selector = selector.clone();
+        async move {
+            let api: Api<DynamicObject> = Api::all_with(client, &resource);
+            let items = match api.list(&ListParams::default().labels(&selector)).await {
+                Ok(list) => list.items,
+                Err(kube::Error::Api(status)) if status.code == 404 => vec![],
+                Err(source) => {
+                    return Err(EngineError::List {
+                        kind: resource.kind.clone(),
+                        source,
+                    });
+                }
+            };
+            Ok(items
+                .into_iter()
+                .map(|obj| {
+                    let key = ObjectKey {
+                        group: resource.group.clone(),
+                        kind: resource.kind.clone(),
+                        namespace: if namespaced { obj.namespace() } else { None },
+                        name: obj.name_any(),
+                    };
+                    let labels = obj.labels();
+                    let annotations = obj.annotations();
+                    FullLive {
+                        owned: labels.get(LABEL_OWNER).is_some_and(|v| {
+                            *v == owner_value(
+                                &key.group,
+                                &key.kind,
+                                key.namespace.as_deref(),
+                                &key.name,
+                            )
+                        }),
+                        digest: annotations.get(ANNOTATION_DIGEST).cloned(),
+                        activations: annotations
+                            .get(ANNOTATION_ACTIVATIONS)
+                            .map(|v| kix_api::labels::parse_activations(v))
+                            .unwrap_or_default(),
+                        package: labels.get(LABEL_PACKAGE).cloned(),
+                        api_version: resource.api_version.clone(),
+                        value: typed(&obj, &resource),
+                        key,
+                    }
+                })
+                .collect::<Vec<_>>())
+        }
+    }))
+    .buffer_unordered(LIST_CONCURRENCY)
+    .try_collect::<Vec<_>>()
+    .await?;
+    Ok(lists.into_iter().flatten().collect())
+}
