@@ -336,7 +336,7 @@ let
       ns=${lib.escapeShellArg cfg.namespace}
       token=""
       for _ in $(seq 1 120); do
-        token=$(kubectl -n "$ns" get secret ${tokenSecret} -o 'jsonpath={.data.token}')
+        token=$(kubectl -n "$ns" get secret ${tokenSecret} -o 'jsonpath={.data.token}' || true)
         [ -n "$token" ] && break
         sleep 1
       done
@@ -352,26 +352,26 @@ let
       install -d -m 0750 -o ${owner} -g ${group} ${stateDir}
       tmp=$(mktemp ${stateDir}/.kubeconfig.XXXXXX)
       trap 'rm -f "$tmp"' EXIT
-      cat > "$tmp" <<EOF
-    apiVersion: v1
-    kind: Config
-    clusters:
-      - name: kix
-        cluster:
-          server: $server
-          certificate-authority-data: $ca
-    users:
-      - name: ${serviceAccount}
-        user:
-          token: $(printf '%s' "$token" | base64 -d)
-    contexts:
-      - name: ${serviceAccount}
-        context:
-          cluster: kix
-          user: ${serviceAccount}
-          namespace: $ns
-    current-context: ${serviceAccount}
-    EOF
+      {
+        echo "apiVersion: v1"
+        echo "kind: Config"
+        echo "clusters:"
+        echo "  - name: kix"
+        echo "    cluster:"
+        echo "      server: $server"
+        echo "      certificate-authority-data: $ca"
+        echo "users:"
+        echo "  - name: ${serviceAccount}"
+        echo "    user:"
+        echo "      token: $(printf '%s' "$token" | base64 -d)"
+        echo "contexts:"
+        echo "  - name: ${serviceAccount}"
+        echo "    context:"
+        echo "      cluster: kix"
+        echo "      user: ${serviceAccount}"
+        echo "      namespace: $ns"
+        echo "current-context: ${serviceAccount}"
+      } > "$tmp"
       chown ${owner}:${group} "$tmp"
       chmod 0400 "$tmp"
       mv -f "$tmp" ${operatorKubeconfig}

@@ -6,6 +6,7 @@ mod kube_client;
 mod output;
 mod progress;
 mod render;
+mod tui;
 
 use std::process::ExitCode;
 

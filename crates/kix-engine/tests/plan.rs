@@ -469,10 +469,8 @@ fn check_requests(kit: &Kit, mark: audit::Mark, what: &str) {
     assert_eq!(cm_gets, 0, "{what}: GET per object:\n{}", describe(&requests));
     let writes: Vec<_> = requests.iter().filter(|r| r.is_write()).cloned().collect();
     assert!(writes.is_empty(), "{what}: writes:\n{}", describe(&writes));
-    assert!(
-        requests.len() < 40,
-        "{what}: {} requests:\n{}",
-        requests.len(),
-        describe(&requests)
-    );
+    // Besides the dry-runs of changed objects, a handful of requests whatever
+    // the number of objects.
+    let other = requests.iter().filter(|r| !r.dry_run).count();
+    assert!(other < 15, "{what}: {other} requests:\n{}", describe(&requests));
 }

@@ -25,6 +25,11 @@ fn main() {
             "events" => for f in &yaml_files { let p = serde_saphyr::granit_parser::Parser::new_from_str(f); for ev in p { ev.unwrap(); n += 1; } },
             "read" => { let opts = kix_manifest::ReadOptions { store_dir: root.parent().unwrap().to_path_buf(), ..Default::default() }; let b = kix_manifest::read_tree(&root, &opts).unwrap(); n += b.object_count(); }
             "none" => {}
+            "v_default" => for f in &yaml_files { let v: Vec<serde_json::Value> = serde_saphyr::from_multiple_with_options(f, serde_saphyr::options!{with_snippet: false}).unwrap(); n += v.len(); },
+            "v_octal" => for f in &yaml_files { let v: Vec<serde_json::Value> = serde_saphyr::from_multiple_with_options(f, serde_saphyr::options!{with_snippet: false, legacy_octal_numbers: true}).unwrap(); n += v.len(); },
+            "v_pass" => for f in &yaml_files { let v: Vec<serde_json::Value> = serde_saphyr::from_multiple_with_options(f, serde_saphyr::options!{with_snippet: false, duplicate_keys: serde_saphyr::DuplicateKeyPolicy::PassThrough}).unwrap(); n += v.len(); },
+            "v_nocomments" => for f in &yaml_files { let v: Vec<serde_json::Value> = serde_saphyr::from_multiple_with_options(f, serde_saphyr::options!{with_snippet: false, emit_comments: false}).unwrap(); n += v.len(); },
+            "v_nobudget" => for f in &yaml_files { let v: Vec<serde_json::Value> = serde_saphyr::from_multiple_with_options(f, serde_saphyr::options!{with_snippet: false, budget: None}).unwrap(); n += v.len(); },
             _ => panic!("mode"),
         }
         best = best.min(t.elapsed());

@@ -200,8 +200,8 @@ fn fits(value: &Value, remaining: &mut usize) -> bool {
 /// Length of a string as serde_json writes it, quotes included.
 fn json_str_len(s: &str) -> usize {
     let escaped = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
-    // Almost no string has anything to escape: a quick count first (this
-    // simple loop vectorizes), the exact extra length only when needed.
+    // Almost no string has anything to escape: a quick scan first, the
+    // exact extra length only when needed.
     if !s.bytes().any(escaped) {
         return s.len() + 2;
     }

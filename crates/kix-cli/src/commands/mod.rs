@@ -5,10 +5,15 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub mod build;
+pub mod completions;
 pub mod crds;
 pub mod deploy;
+pub mod gc;
+pub mod history;
 pub mod operator;
 pub mod plan;
+pub mod rollback;
+pub mod status;
 
 #[derive(Debug, Parser)]
 #[command(name = "kix", version, about = "Deploy what Nix builds to Kubernetes")]
@@ -31,8 +36,9 @@ pub struct GlobalArgs {
     /// Only errors.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
-    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
-    #[arg(long, global = true, env = "KUBECONFIG")]
+    /// Path to the kubeconfig file (default: $KUBECONFIG, which may list
+    /// several files separated by ':', then ~/.kube/config).
+    #[arg(long, global = true)]
     pub kubeconfig: Option<std::path::PathBuf>,
     /// Kubeconfig context to use.
     #[arg(long, global = true)]
@@ -61,8 +67,21 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Build, plan, confirm, then apply, wait for health and prune.
     Deploy(deploy::DeployArgs),
+    /// Re-apply the build of an earlier (Superseded) activation.
+    Rollback(rollback::RollbackArgs),
+    /// Retire the activations retention no longer keeps, with their objects
+    /// and Nix GC roots.
+    Gc(gc::GcArgs),
+    /// Show the current activation and the health of its objects.
+    Status(status::StatusArgs),
+    /// List the Kix cluster's activations, newest first.
+    History(history::HistoryArgs),
     /// Print the CRDs of kix's records (Activation, PackageInstance).
     Crds(crds::CrdsArgs),
+    /// Print a shell completion script.
+    Completions(completions::CompletionsArgs),
+    /// Print the man page (roff).
+    Man(completions::ManArgs),
 }
 
 pub async fn exec(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -70,6 +89,12 @@ pub async fn exec(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Build(args) => build::exec(args, &cli.global).await,
         Command::Plan(args) => plan::exec(args, &cli.global).await,
         Command::Deploy(args) => deploy::exec(args, &cli.global).await,
+        Command::Rollback(args) => rollback::exec(args, &cli.global).await,
+        Command::Gc(args) => gc::exec(args, &cli.global).await,
+        Command::Status(args) => status::exec(args, &cli.global).await,
+        Command::History(args) => history::exec(args, &cli.global).await,
         Command::Crds(args) => crds::exec(args, &cli.global).await,
+        Command::Completions(args) => completions::exec(args, &cli.global).await,
+        Command::Man(args) => completions::exec_man(args, &cli.global).await,
     }
 }

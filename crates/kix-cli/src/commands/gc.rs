@@ -1,0 +1,194 @@
+//! `kix gc <CLUSTER>`: retire the activations retention no longer keeps,
+//! release the objects only they name, drop their Nix GC roots.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use kix_engine::gc::{GcAction, GcPlan, GcReport, Retention, parse_age};
+use kix_nix::GcRoots;
+
+use super::{GlobalArgs, OutputFormat};
+use crate::output::{json_text, print_stdout};
+
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// The Kix cluster.
+    pub cluster: String,
+    /// Superseded activations to keep [default: the current build's
+    /// settings.keep, else 5]
+    #[arg(long, value_name = "N")]
+    pub keep: Option<u32>,
+    /// Also retire Superseded and Failed activations older than this (30d,
+    /// 12h, 2w) [default: the current build's settings.maxAge, else none]
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub max_age: Option<Duration>,
+    /// Show what would be retired; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long, short)]
+    pub yes: bool,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
+
+pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
+    let client = crate::kube_client::client(global, None).await?;
+    // Retention from the flags, else the current build's kix.json.
+    let settings = if args.keep.is_some() && args.max_age.is_some() {
+        None
+    } else {
+        let all = kix_engine::records::list_all_required(&client).await?;
+        kix_engine::records::current(&all, &args.cluster).and_then(|c| {
+            let path = c.spec.source.path.clone();
+            match kix_manifest::read_tree(Path::new(&path), &kix_manifest::ReadOptions::default()) {
+                Ok(build) => Some(build.settings),
+                Err(err) => {
+                    tracing::warn!("cannot read the current build {path} for its retention settings: {err}");
+                    None
+                }
+            }
+        })
+    };
+    let retention = Retention::resolve(args.keep, args.max_age, settings.as_ref())
+        .map_err(anyhow::Error::msg)?;
+    let roots = GcRoots::from_env();
+    let plan = kix_engine::gc::plan(&client, &args.cluster, retention, &roots, chrono::Utc::now()).await?;
+
+    if args.dry_run || args.output == OutputFormat::Text {
+        match args.output {
+            OutputFormat::Json if args.dry_run => print_stdout(&json_text(&plan)?)?,
+            OutputFormat::Json => {}
+            OutputFormat::Text => print_stdout(&plan_text(&plan, args.dry_run))?,
+        }
+    }
+    if args.dry_run || !plan.has_work() {
+        if !plan.has_work() && args.output == OutputFormat::Json && !args.dry_run {
+            print_stdout(&json_text(&serde_json::json!({"plan": plan, "report": GcReport::default()}))?)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let question = format!(
+        "Retire {} activation(s) of Kix cluster {} and delete {} object(s)?",
+        plan.retired.len(),
+        plan.cluster,
+        plan.objects.iter().filter(|o| o.action == GcAction::Delete).count()
+    );
+    let confirm = super::deploy::ConfirmArgs {
+        yes: args.yes,
+        current_activation: None,
+        accept_migrations: false,
+    };
+    if !super::deploy::confirm(&confirm, &question)? {
+        return Ok(ExitCode::from(1));
+    }
+    let holder = kix_engine::deploy::DeployOptions::default().holder;
+    let report = kix_engine::gc::execute(&client, &plan, &roots, &format!("{holder} (gc)")).await?;
+    match args.output {
+        OutputFormat::Json => print_stdout(&json_text(&serde_json::json!({"plan": plan, "report": report}))?)?,
+        OutputFormat::Text => print_stdout(&report_text(&report))?,
+    }
+    Ok(if report.is_success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn plan_text(plan: &GcPlan, dry_run: bool) -> String {
+    let mut out = String::new();
+    let r = &plan.retention;
+    let _ = write!(out, "Kix cluster {}: keep {} Superseded ({})", plan.cluster, r.keep, r.keep_from);
+    if let (Some(age), Some(from)) = (&r.max_age, r.max_age_from) {
+        let _ = write!(out, ", max age {age} ({from})");
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "current: {}; kept: {}",
+        plan.current.as_deref().unwrap_or("none"),
+        if plan.kept.is_empty() { "none".to_string() } else { plan.kept.join(", ") }
+    );
+    for note in &plan.notes {
+        let _ = writeln!(out, "note: {note}");
+    }
+    if plan.retired.is_empty() {
+        let _ = writeln!(out, "nothing to retire");
+    } else {
+        let _ = writeln!(out, "\n{}retire:", if dry_run { "would " } else { "" });
+        for record in &plan.retired {
+            let _ = writeln!(
+                out,
+                "  {:<24} {:<10} {}  ({})",
+                record.name,
+                record.phase.map_or("-", |p| p.as_str()),
+                record.path,
+                record.reasons.join(", ")
+            );
+        }
+    }
+    if !plan.objects.is_empty() {
+        let _ = writeln!(out, "\nobjects they name:");
+        for o in &plan.objects {
+            let action = match o.action {
+                GcAction::Delete => "delete",
+                GcAction::Repoint => "repoint",
+                GcAction::Keep => "keep",
+            };
+            let mut line = format!("  {action:<8} {}", o.object);
+            if o.destructive {
+                line.push_str(" (destructive)");
+            }
+            if o.action == GcAction::Repoint {
+                let _ = write!(line, " → {}", o.after.join(","));
+            }
+            if let Some(note) = &o.note {
+                let _ = write!(line, " [{note}]");
+            }
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    if !plan.orphaned_roots.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nGC roots of records that no longer exist: {}",
+            plan.orphaned_roots.join(", ")
+        );
+    }
+    if !plan.unrooted.is_empty() {
+        let _ = writeln!(out, "kept records to root here: {}", plan.unrooted.join(", "));
+    }
+    out
+}
+
+fn report_text(report: &GcReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nretired {} record(s): {}",
+        report.deleted_records.len(),
+        report.deleted_records.join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "objects: {} deleted, {} re-pointed; GC roots: {} removed, {} added",
+        report.deleted_objects.len(),
+        report.repointed_objects.len(),
+        report.removed_roots.len(),
+        report.added_roots.len()
+    );
+    for f in &report.failed_objects {
+        let _ = writeln!(out, "could not release {}: {}", f.name, f.reason);
+    }
+    for f in &report.failed_records {
+        let _ = writeln!(out, "could not delete record {}: {}", f.name, f.reason);
+    }
+    for f in &report.root_errors {
+        let _ = writeln!(out, "GC root of {}: {}", f.name, f.reason);
+    }
+    out
+}

@@ -1,0 +1,310 @@
+//! The operator as a process against the real control plane, driven by
+//! `kix deploy --operator` as users drive it. Each test runs its own operator
+//! that manages only the test's Kix clusters, with its own leader lease.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kix_api::{Activation, Phase};
+use kix_testkit::TestEnv;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+
+/// A running kix-operator, killed when dropped.
+struct Operator {
+    child: Child,
+    metrics: u16,
+    log: PathBuf,
+}
+
+impl Operator {
+    fn start(env: &TestEnv, clusters: &[&str], lease: &str, log_dir: &Path) -> Operator {
+        let metrics = free_port();
+        let log = log_dir.join(format!("operator-{metrics}.log"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kix-operator"));
+        cmd.arg("--kubeconfig")
+            .arg(kix_testkit::kubeconfig_path())
+            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+            .args(["--leader-lease", lease, "--lease-namespace", &env.namespace])
+            .args(["--leader-lease-seconds", "4", "--resync-interval", "30s", "--log-format", "json"])
+            .env("KIX_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        for c in clusters {
+            cmd.args(["--cluster", c]);
+        }
+        Operator { child: cmd.spawn().expect("start kix-operator"), metrics, log }
+    }
+
+    fn metric(&self, name: &str) -> Option<f64> {
+        let out = Command::new("curl").args(["-sf", &format!("http://127.0.0.1:{}/metrics", self.metrics)]).output().ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- operator log {} ----\n{}", self.log.display(), self.log());
+        }
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// A format-1 tree with one package `web` holding `yaml`, in a fresh temp dir.
+fn tree(dir: &Path, cluster: &str, namespace: &str, yaml: &str) -> PathBuf {
+    let root = dir.join(format!("tree-{}", kix_testkit::unique_name("t")));
+    std::fs::create_dir_all(root.join("packages/web/resources")).expect("mkdir");
+    std::fs::write(
+        root.join("kix.json"),
+        serde_json::json!({"format": 1, "cluster": cluster, "packages": ["web"], "settings": {}}).to_string(),
+    )
+    .expect("kix.json");
+    std::fs::write(
+        root.join("packages/web/package.json"),
+        serde_json::json!({"name": "web", "version": "1", "dependsOn": [], "namespace": namespace, "migrations": []})
+            .to_string(),
+    )
+    .expect("package.json");
+    std::fs::write(root.join("packages/web/resources/objects.yaml"), yaml).expect("yaml");
+    root
+}
+
+/// The `kix` binary beside `kix-operator` (`cargo test --workspace` builds both).
+fn kix_bin() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_kix-operator")).with_file_name("kix");
+    assert!(bin.exists(), "{} is missing: build it with `cargo build -p kix-cli`", bin.display());
+    bin
+}
+
+fn kix(args: &[&str]) -> Output {
+    Command::new(kix_bin())
+        .args(args)
+        .env("KUBECONFIG", kix_testkit::kubeconfig_path())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run kix")
+}
+
+fn text(out: &Output) -> String {
+    format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn configmap(name: &str, value: &str) -> String {
+    format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{value: {value}}}\n")
+}
+
+async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        if check().await {
+            return started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what}: not after {timeout:?}");
+}
+
+async fn cm_value(api: &Api<ConfigMap>, name: &str) -> Option<String> {
+    api.get_opt(name).await.ok().flatten().and_then(|c| c.data?.get("value").cloned())
+}
+
+#[tokio::test]
+async fn deploy_through_the_operator_then_drift_is_corrected() {
+    let env = TestEnv::new("op-drift").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let _op = Operator::start(&env, &[&env.cluster], &kix_testkit::unique_name("lease"), dir.path());
+    let root = tree(dir.path(), &env.cluster, &env.namespace, &configmap("settings", "hello"));
+
+    let out = kix(&["deploy", &env.cluster, "--path", root.to_str().expect("utf8"), "--operator", "--yes"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(": Active"), "{}", text(&out));
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    assert_eq!(cm_value(&cms, "settings").await.as_deref(), Some("hello"));
+
+    // Edited by someone else: restored.
+    let patch = serde_json::json!({"data": {"value": "tampered"}});
+    cms.patch("settings", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("tamper");
+    let took = wait_until("edited object restored", Duration::from_secs(20), || async {
+        cm_value(&cms, "settings").await.as_deref() == Some("hello")
+    })
+    .await;
+    eprintln!("drift correction after an edit took {took:?}");
+
+    // Deleted: re-created.
+    cms.delete("settings", &DeleteParams::default()).await.expect("delete");
+    let took = wait_until("deleted object re-created", Duration::from_secs(20), || async {
+        cm_value(&cms, "settings").await.as_deref() == Some("hello")
+    })
+    .await;
+    eprintln!("re-creating a deleted object took {took:?}");
+
+    let records: Api<Activation> = Api::all(env.client.clone());
+    let name = format!("{}-1", env.cluster);
+    // The record counts both corrections (written right after each one).
+    wait_until("drift counted on the record", Duration::from_secs(10), || async {
+        let record = records.get(&name).await.expect("record");
+        record.status.and_then(|s| s.drift).is_some_and(|d| d.corrected >= 2 && d.last_corrected.is_some())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_bad_store_path_ends_failed_with_its_message() {
+    let env = TestEnv::new("op-badpath").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let _op = Operator::start(&env, &[&env.cluster], &kix_testkit::unique_name("lease"), dir.path());
+    let records: Api<Activation> = Api::all(env.client.clone());
+    for (i, path) in [
+        "/nix/store/../etc/passwd",
+        "/tmp/not-in-the-store",
+        "/nix/store/00000000000000000000000000000000-x;rm -rf $HOME",
+        "/nix/store/0000000000000000000000000000000a-missing",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let spec: kix_api::ActivationSpec = serde_json::from_value(serde_json::json!({
+            "cluster": env.cluster, "engine": "operator",
+            "source": {"path": path},
+            "receipt": {"user": "t", "host": "t", "kixVersion": "0", "time": "2026-01-01T00:00:00Z", "planDigest": "x"}
+        }))
+        .expect("spec");
+        let record = Activation::new_record(i as u64 + 1, spec);
+        let name = kube::ResourceExt::name_any(&record);
+        records.create(&PostParams::default(), &record).await.expect("create");
+        wait_until(&format!("{path} ends Failed"), Duration::from_secs(20), || async {
+            records.get(&name).await.ok().and_then(|r| r.phase()) == Some(Phase::Failed)
+        })
+        .await;
+        let message = records.get(&name).await.expect("get").status.and_then(|s| s.message).unwrap_or_default();
+        assert!(!message.is_empty(), "{path}: Failed without a message");
+        eprintln!("{path}: {message}");
+        if i < 3 {
+            assert!(message.contains("invalid store path"), "{path}: {message}");
+        } else {
+            assert!(message.contains("not available"), "{path}: {message}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_finalizer_keeps_what_another_clusters_build_contains() {
+    let mut env = TestEnv::new("op-shared").await.expect("env");
+    let other = format!("{}-b", env.cluster);
+    let dir = tempfile::tempdir().expect("tmp");
+    let _op = Operator::start(&env, &[&env.cluster, &other], &kix_testkit::unique_name("lease"), dir.path());
+    let shared = configmap("shared", "same");
+    let mine = tree(dir.path(), &env.cluster, &env.namespace, &format!("{shared}{}", configmap("only-a", "a")));
+    let theirs = tree(dir.path(), &other, &env.namespace, &shared);
+    for (cluster, root) in [(&env.cluster, &mine), (&other, &theirs)] {
+        let out = kix(&["deploy", cluster, "--path", root.to_str().expect("utf8"), "--operator", "--yes"]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    env.extra_namespaces.push(env.namespace.clone());
+    let records: Api<Activation> = Api::all(env.client.clone());
+    records.delete(&format!("{}-1", env.cluster), &DeleteParams::default()).await.expect("delete record");
+    wait_until("record deleted by its finalizer", Duration::from_secs(30), || async {
+        records.get_opt(&format!("{}-1", env.cluster)).await.ok().flatten().is_none()
+    })
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    assert!(cms.get_opt("only-a").await.expect("get").is_none(), "only-a must be deleted with its record");
+    let kept = cms.get_opt("shared").await.expect("get").expect("shared must be kept: the other cluster's build has it");
+    let annotation = kept.metadata.annotations.unwrap_or_default()[kix_api::ANNOTATION_ACTIVATIONS].clone();
+    assert_eq!(annotation, format!("{other}-1"), "only the other cluster's entry remains");
+}
+
+#[tokio::test]
+async fn a_newer_activation_takes_over_while_a_deploy_waits() {
+    let env = TestEnv::new("op-takeover").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    // No operator runs for this cluster: the record stays Pending, as when the
+    // operator is slow, and a newer record supersedes it.
+    let root = tree(dir.path(), &env.cluster, &env.namespace, &configmap("settings", "v1"));
+    let mut deploy = Command::new(kix_bin())
+        .args(["deploy", &env.cluster, "--path", root.to_str().expect("utf8"), "--operator", "--yes"])
+        .env("KUBECONFIG", kix_testkit::kubeconfig_path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let records: Api<Activation> = Api::all(env.client.clone());
+    let first = format!("{}-1", env.cluster);
+    wait_until("first record written", Duration::from_secs(60), || async {
+        records.get_opt(&first).await.ok().flatten().is_some()
+    })
+    .await;
+    let _op = Operator::start(&env, &[&env.cluster], &kix_testkit::unique_name("lease"), dir.path());
+    // The operator supersedes the older Pending record once a newer one exists.
+    let mut newer = records.get(&first).await.expect("get");
+    newer.metadata = kube::api::ObjectMeta {
+        name: Some(format!("{}-2", env.cluster)),
+        labels: newer.metadata.labels.clone(),
+        ..Default::default()
+    };
+    newer.status = None;
+    records.create(&PostParams::default(), &newer).await.expect("newer record");
+    let out = tokio::task::spawn_blocking(move || deploy.wait_with_output()).await.expect("join").expect("wait");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("a newer activation took over"), "{}", text(&out));
+}
+
+#[tokio::test]
+async fn two_replicas_only_one_leads_and_a_killed_leader_is_replaced() {
+    let env = TestEnv::new("op-leader").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let lease = kix_testkit::unique_name("lease");
+    let mut ops = vec![
+        Operator::start(&env, &[&env.cluster], &lease, dir.path()),
+        Operator::start(&env, &[&env.cluster], &lease, dir.path()),
+    ];
+    let leading = |ops: &Vec<Operator>| -> Vec<usize> {
+        (0..ops.len()).filter(|i| ops[*i].metric("kix_operator_leader") == Some(1.0)).collect()
+    };
+    let started = Instant::now();
+    while leading(&ops).len() != 1 {
+        assert!(started.elapsed() < Duration::from_secs(30), "no single leader");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Stays at exactly one for a while.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(leading(&ops).len(), 1, "exactly one replica leads");
+    }
+    let leader = leading(&ops)[0];
+    ops[leader].kill();
+    let standby = 1 - leader;
+    let started = Instant::now();
+    while ops[standby].metric("kix_operator_leader") != Some(1.0) {
+        assert!(started.elapsed() < Duration::from_secs(30), "the standby never took over");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The new leader applies: a deploy through it succeeds.
+    let root = tree(dir.path(), &env.cluster, &env.namespace, &configmap("settings", "v1"));
+    let out = kix(&["deploy", &env.cluster, "--path", root.to_str().expect("utf8"), "--operator", "--yes"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
