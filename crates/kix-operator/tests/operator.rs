@@ -308,3 +308,44 @@ async fn two_replicas_only_one_leads_and_a_killed_leader_is_replaced() {
     let out = kix(&["deploy", &env.cluster, "--path", root.to_str().expect("utf8"), "--operator", "--yes"]);
     assert!(out.status.success(), "{}", text(&out));
 }
+
+#[tokio::test]
+async fn an_operator_killed_mid_apply_converges_after_restart() {
+    let env = TestEnv::new("op-kill").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let lease = kix_testkit::unique_name("lease");
+    let yaml: String = (0..300).map(|i| configmap(&format!("cm-{i}"), "v1")).collect();
+    let root = tree(dir.path(), &env.cluster, &env.namespace, &yaml);
+    let records: Api<Activation> = Api::all(env.client.clone());
+    let name = format!("{}-1", env.cluster);
+
+    let mut op = Operator::start(&env, &[&env.cluster], &lease, dir.path());
+    let deploy = Command::new(kix_bin())
+        .args(["deploy", &env.cluster, "--path", root.to_str().expect("utf8"), "--operator", "--yes"])
+        .env("KUBECONFIG", kix_testkit::kubeconfig_path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Kill the operator as soon as it is applying.
+    wait_until("record Applying", Duration::from_secs(60), || async {
+        records.get_opt(&name).await.ok().flatten().and_then(|r| r.phase()) == Some(Phase::Applying)
+    })
+    .await;
+    op.kill();
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    let before = cms.list(&Default::default()).await.expect("list").items.len();
+    eprintln!("{before} objects applied when the operator was killed");
+
+    let _op = Operator::start(&env, &[&env.cluster], &lease, dir.path());
+    let out = tokio::task::spawn_blocking(move || deploy.wait_with_output()).await.expect("join").expect("wait");
+    assert!(out.status.success(), "{}", text(&out));
+    let record = records.get(&name).await.expect("record");
+    assert_eq!(record.phase(), Some(Phase::Active));
+    let names: std::collections::BTreeSet<String> =
+        cms.list(&Default::default()).await.expect("list").items.into_iter().filter_map(|c| c.metadata.name).collect();
+    for i in 0..300 {
+        assert!(names.contains(&format!("cm-{i}")), "cm-{i} missing after the restart");
+    }
+}
