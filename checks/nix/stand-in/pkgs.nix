@@ -53,7 +53,13 @@ let
         passthru = env.passthru or { };
       };
     writeText = name: text: stub name { inherit text; };
-    writeShellScript = name: text: stub name { text = "#!/usr/bin/env bash\n" + text; };
+    # Not a derivation: the "store path" is the script itself, so a unit's
+    # ExecStart shows the script and checks can read it back.
+    writeShellScript = name: text: {
+      inherit name;
+      text = "#!/usr/bin/env bash\n" + text;
+      outPath = "#!/usr/bin/env bash\n" + text;
+    };
 
     rustPlatform = {
       buildRustPackage =

@@ -246,8 +246,9 @@ impl Model {
                 phase,
                 message,
             } => {
+                // Shown in the footer; stdout gets the same line at the end.
+                let _ = activation;
                 self.finished = Some((*phase, message.clone()));
-                self.log.push(format!("{activation}: {phase} — {message}"));
             }
         }
     }

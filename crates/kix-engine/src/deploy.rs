@@ -277,22 +277,23 @@ pub async fn deploy(
     let result = run(client, build, &plan, options, &lease).await;
     lease.release().await;
     let outcome = result?;
-    if outcome.phase == Phase::Failed && options.on_error == OnError::Rollback {
-        if let (Some(prev_name), Some(prev_path)) = previous {
-            warn!(activation = %prev_name, "deploy failed; rolling back to {prev_path}");
-            let rolled = Box::pin(rollback_to(
-                client,
-                &prev_path,
-                outcome.activation.clone(),
-                options,
-            ))
-            .await?;
-            return Ok(DeployOutcome {
-                rolled_back_to: Some(prev_name),
-                message: format!("{}; rolled back: {}", outcome.message, rolled.message),
-                ..outcome
-            });
-        }
+    if outcome.phase == Phase::Failed
+        && options.on_error == OnError::Rollback
+        && let (Some(prev_name), Some(prev_path)) = previous
+    {
+        warn!(activation = %prev_name, "deploy failed; rolling back to {prev_path}");
+        let rolled = Box::pin(rollback_to(
+            client,
+            &prev_path,
+            outcome.activation.clone(),
+            options,
+        ))
+        .await?;
+        return Ok(DeployOutcome {
+            rolled_back_to: Some(prev_name),
+            message: format!("{}; rolled back: {}", outcome.message, rolled.message),
+            ..outcome
+        });
     }
     Ok(outcome)
 }
@@ -405,10 +406,10 @@ async fn run(
         },
     );
     // Keep the build alive in the Nix store until the record is retired.
-    if let Ok(path) = kix_manifest::StorePath::parse(&plan.store_path) {
-        if let Err(err) = kix_nix::GcRoots::from_env().add(&plan.cluster, &name, &path) {
-            warn!("could not add a Nix GC root for {path}: {err}");
-        }
+    if let Ok(path) = kix_manifest::StorePath::parse(&plan.store_path)
+        && let Err(err) = kix_nix::GcRoots::from_env().add(&plan.cluster, &name, &path)
+    {
+        warn!("could not add a Nix GC root for {path}: {err}");
     }
     let mut status = record.status.clone().unwrap_or_default();
     status.phase = Some(Phase::Applying);
@@ -488,7 +489,7 @@ async fn run(
                 aborted = true;
             }
         }
-        let mut progress = status.progress.clone().unwrap_or_default();
+        let mut progress = status.progress.unwrap_or_default();
         progress.applied = state.applied;
         progress.failed = state.failed;
         progress.healthy = state.healthy;
@@ -757,12 +758,26 @@ async fn apply_one(
         }
     }
     let mut params = PatchParams::apply(FIELD_MANAGER);
-    if options.force_conflicts || matches!(p.action, Action::Adopt | Action::Conflict) {
+    if options.force_conflicts
+        || matches!(p.action, Action::Adopt | Action::Conflict)
+        || p.is_drift()
+    {
         params.force = true;
     }
     let manifest = applied_manifest(d, &p.activations);
-    api.patch(&d.key.name, &params, &Patch::Apply(&manifest))
-        .await
+    let mut result = api
+        .patch(&d.key.name, &params, &Patch::Apply(&manifest))
+        .await;
+    if let Err(kube::Error::Api(status)) = &result
+        && !params.force
+        && crate::plan::conflicts_only_on_kix_annotations(status)
+    {
+        params.force = true;
+        result = api
+            .patch(&d.key.name, &params, &Patch::Apply(&manifest))
+            .await;
+    }
+    result
         .map(|o| serde_json::to_value(o).unwrap_or_default())
         .map_err(|e| crate::error::api_message(&e))
 }
@@ -828,7 +843,11 @@ async fn prune(
             let patch = serde_json::json!({"metadata": {"annotations": {
                 kix_api::ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&o.activations)
             }}});
-            api.patch(&o.key.name, &PatchParams::default(), &Patch::Merge(&patch))
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..Default::default()
+            };
+            api.patch(&o.key.name, &params, &Patch::Merge(&patch))
                 .await
                 .map(|_| ())
                 .map_err(|e| crate::error::api_message(&e))

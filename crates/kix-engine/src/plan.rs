@@ -173,6 +173,20 @@ impl Plan {
 pub const NOTE_SHARED: &str =
     "another Kix cluster's current build has it: only this cluster's entry is removed";
 pub const NOTE_PRUNE_DISABLED: &str = "annotated kix.run/prune: disabled";
+/// Prefix of the note of an object `--reconcile` found drifted from the build
+/// it was applied from. Its re-apply takes the drifted fields back from
+/// whichever manager changed them (server-side apply force): undoing
+/// out-of-band edits is what reconcile is for.
+pub const NOTE_DRIFTED: &str = "drifted from the build";
+
+impl PlannedObject {
+    /// `--reconcile` found the live object drifted from its unchanged build.
+    pub fn is_drift(&self) -> bool {
+        self.note
+            .as_deref()
+            .is_some_and(|n| n.starts_with(NOTE_DRIFTED))
+    }
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct PlanOptions {
@@ -186,6 +200,10 @@ pub struct PlanOptions {
     /// the cluster's next `<cluster>-<n>`.
     pub activation: Option<String>,
 }
+
+/// A kind with desired objects that have no owned live counterpart: its
+/// resource, whether it is namespaced, and the namespaces to look in.
+type MissingKind = (kube::discovery::ApiResource, bool, BTreeSet<Option<String>>);
 
 /// How many dry-runs run at once.
 const DRY_RUN_CONCURRENCY: usize = 16;
@@ -236,10 +254,10 @@ pub async fn plan(
             if kind_list.contains_key(&(group.to_string(), kind.to_string())) {
                 continue;
             }
-            if let Some(r) = resources.get(api_version, kind).await? {
-                if r.served == Served::Yes {
-                    kind_list.insert((group.to_string(), kind.to_string()), (r.api, r.namespaced));
-                }
+            if let Some(r) = resources.get(api_version, kind).await?
+                && r.served == Served::Yes
+            {
+                kind_list.insert((group.to_string(), kind.to_string()), (r.api, r.namespaced));
             }
         }
     }
@@ -251,10 +269,7 @@ pub async fn plan(
     .await?;
 
     // Desired objects with no owned live counterpart: created or adopted.
-    let mut missing: BTreeMap<
-        (String, String),
-        (kube::discovery::ApiResource, bool, BTreeSet<Option<String>>),
-    > = BTreeMap::new();
+    let mut missing: BTreeMap<(String, String), MissingKind> = BTreeMap::new();
     for d in &desired {
         let owned = live.get(&d.key).is_some_and(|l| l.owned);
         if !owned && d.resource.served == Served::Yes {
@@ -294,6 +309,7 @@ pub async fn plan(
     let mut first_pass = Vec::with_capacity(desired.len());
     for d in &desired {
         let live_obj = live.get(&d.key).filter(|l| l.owned);
+        let mut note = None;
         let (action, mut activations) = match live_obj {
             Some(l) => {
                 let mine = l
@@ -301,11 +317,17 @@ pub async fn plan(
                     .iter()
                     .any(|a| belongs_to(a, &cluster, &clusters));
                 let same = l.digest.as_deref() == Some(d.digest.as_str()) && mine && !l.deleting;
-                let drift = options.reconcile
-                    && same
-                    && full
-                        .get(&d.key)
-                        .is_some_and(|obj| !drifted_fields(&d.manifest, obj).is_empty());
+                let drifted = if options.reconcile && same {
+                    full.get(&d.key)
+                        .map(|obj| drifted_fields(&d.manifest, obj))
+                        .unwrap_or_default()
+                } else {
+                    vec![]
+                };
+                let drift = !drifted.is_empty();
+                if drift {
+                    note = Some(format!("{NOTE_DRIFTED}: {}", drifted.join(", ")));
+                }
                 (
                     if same && !drift {
                         Action::Unchanged
@@ -333,7 +355,7 @@ pub async fn plan(
             changes: vec![],
             fields: vec![],
             destructive: false,
-            note: None,
+            note,
             activations,
         });
     }
@@ -499,15 +521,25 @@ async fn dry_run(
     let api = api_for(client, d);
     let mut params = PatchParams::apply(FIELD_MANAGER);
     params.dry_run = true;
-    // Adoption takes over what other managers set, as the real apply will.
-    if options.force_conflicts || planned.action == Action::Adopt {
+    // Adoption and drift correction take over what other managers set, as
+    // the real apply will.
+    if options.force_conflicts || planned.action == Action::Adopt || planned.is_drift() {
         params.force = true;
     }
     let manifest = applied_manifest(d, &planned.activations);
-    match api
+    let mut result = api
         .patch(&d.key.name, &params, &Patch::Apply(&manifest))
-        .await
+        .await;
+    if let Err(kube::Error::Api(status)) = &result
+        && !params.force
+        && conflicts_only_on_kix_annotations(status)
     {
+        params.force = true;
+        result = api
+            .patch(&d.key.name, &params, &Patch::Apply(&manifest))
+            .await;
+    }
+    match result {
         Ok(result) => {
             if matches!(planned.action, Action::Update | Action::Adopt) {
                 let live = match full_live {
@@ -558,6 +590,27 @@ async fn dry_run(
             source,
         }),
     }
+}
+
+/// Whether a 409 from server-side apply contests only kix's own bookkeeping
+/// annotations (digest, activations). Those are kix's whatever manager last
+/// wrote them (prune trims a shared object's activations with a merge patch,
+/// an Update that takes the field from kix's Apply), so the apply takes them
+/// back instead of reporting a conflict.
+pub fn conflicts_only_on_kix_annotations(status: &kube::core::Status) -> bool {
+    let causes = status
+        .details
+        .as_ref()
+        .map(|d| d.causes.as_slice())
+        .unwrap_or_default();
+    status.code == 409
+        && !causes.is_empty()
+        && causes.iter().all(|c| {
+            let field = c.field.trim_start_matches('.');
+            [kix_api::ANNOTATION_ACTIVATIONS, kix_api::ANNOTATION_DIGEST]
+                .iter()
+                .any(|a| field == format!("metadata.annotations.{a}"))
+        })
 }
 
 /// `field: message` of each cause in an API error.

@@ -145,13 +145,41 @@ pub async fn set_status(
     if let Some(phase) = status.phase {
         status.conditions = vec![ready_condition(phase, status.message.as_deref())];
     }
+    // A merge patch keeps what it does not name: every status field this
+    // status leaves out (an emptied pendingPrune, a cleared message) is set
+    // to null, so the patch replaces the status.
+    let mut value = serde_json::to_value(&status).unwrap_or_else(|_| json!({}));
+    if let Some(map) = value.as_object_mut() {
+        for field in status_fields() {
+            map.entry(field.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
     api.patch_status(
         name,
         &PatchParams::default(),
-        &Patch::Merge(&json!({ "status": status })),
+        &Patch::Merge(&json!({ "status": value })),
     )
     .await
     .map_err(|e| EngineError::Records(format!("updating activation {name}: {e}")))
+}
+
+/// The fields of an Activation's status, from the schema of its CRD.
+fn status_fields() -> &'static [String] {
+    static FIELDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    FIELDS.get_or_init(|| {
+        use kube::CustomResourceExt;
+        Activation::crd()
+            .spec
+            .versions
+            .iter()
+            .filter_map(|v| v.schema.as_ref()?.open_api_v3_schema.as_ref())
+            .filter_map(|schema| schema.properties.as_ref()?.get("status"))
+            .filter_map(|status| status.properties.as_ref())
+            .flat_map(|props| props.keys().cloned())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    })
 }
 
 /// Moves a record to `phase` with a message, keeping the rest of its status.
@@ -259,4 +287,23 @@ pub async fn package_instances(
 /// When a record was made: its receipt time.
 pub fn recorded_at(record: &Activation) -> chrono::DateTime<chrono::Utc> {
     record.spec.receipt.time
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_fields_come_from_the_crd_schema() {
+        let fields = status_fields();
+        for field in [
+            "phase",
+            "message",
+            "pendingPrune",
+            "failedDeletions",
+            "kinds",
+        ] {
+            assert!(fields.iter().any(|f| f == field), "{field}: {fields:?}");
+        }
+    }
 }

@@ -61,10 +61,10 @@ pub async fn release_objects(client: &Client, record: &Activation, retiring: &BT
     let mut kinds = Vec::new();
     for kind in record.status.iter().flat_map(|s| &s.kinds) {
         let Some((api_version, kind)) = kind.rsplit_once('/') else { continue };
-        if let Some(r) = resources.get(api_version, kind).await? {
-            if r.served == Served::Yes {
-                kinds.push((r.api, r.namespaced));
-            }
+        if let Some(r) = resources.get(api_version, kind).await?
+            && r.served == Served::Yes
+        {
+            kinds.push((r.api, r.namespaced));
         }
     }
     let live = list_kinds(client, kinds, Some(&kix_api::labels::managed_selector())).await?;

@@ -134,13 +134,18 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
         },
     )
     .await?;
-    if args.output == OutputFormat::Text {
-        println!(
-            "Rolling back Kix cluster {} to the build of {target_name}",
-            args.cluster
-        );
-    }
-    print_plan(&plan, args.output, false)?;
+    // JSON: one document at the end, the plan in it.
+    let plan_json = match args.output {
+        OutputFormat::Text => {
+            println!(
+                "Rolling back Kix cluster {} to the build of {target_name}",
+                args.cluster
+            );
+            print_plan(&plan, args.output, false)?;
+            serde_json::Value::Null
+        }
+        OutputFormat::Json => serde_json::to_value(&plan)?,
+    };
     let from = current.map(|c| c.name_any());
     let mut options = DeployOptions {
         timeout: args.timeout,
@@ -182,6 +187,7 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
                 "target": target_name,
                 "path": path,
                 "rollbackFrom": from,
+                "plan": plan_json,
                 "outcome": outcome,
             });
             crate::output::print_stdout(&crate::output::json_text(&value)?)?;
