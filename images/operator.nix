@@ -81,10 +81,8 @@ let
         "XDG_CACHE_HOME=/tmp/.cache"
         "KIX_GCROOTS_DIR=/nix/var/nix/gcroots/kix"
       ];
-      ExposedPorts = {
-        "8080/tcp" = { }; # --metrics-addr (the module's default port)
-        "8081/tcp" = { }; # --health-addr
-      };
+      # --metrics-addr: /metrics, /healthz, /readyz
+      ExposedPorts."8080/tcp" = { };
       Labels = {
         "org.opencontainers.image.title" = "kix-operator";
         "org.opencontainers.image.description" =

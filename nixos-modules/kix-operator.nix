@@ -466,13 +466,13 @@ in
     metricsPort = mkOption {
       type = types.port;
       default = 8080;
-      description = "Port of the Prometheus metrics endpoint (--metrics-addr).";
+      description = "Port of /metrics, /healthz and /readyz (--metrics-addr).";
     };
 
     metricsAddress = mkOption {
       type = types.str;
       default = "0.0.0.0";
-      description = "Address the metrics endpoint listens on (--metrics-addr).";
+      description = "IP address /metrics, /healthz and /readyz listen on (--metrics-addr).";
     };
 
     openFirewall = mkOption {
@@ -494,15 +494,13 @@ in
             ])
           );
         options = {
-          "health-addr" = mkOption {
-            type = types.str;
-            default = "127.0.0.1:8081";
-            description = "Health endpoint address (--health-addr).";
-          };
           "resync-interval" = mkOption {
             type = types.str;
-            default = "5m";
-            description = "How often every owned object is re-checked for drift (--resync-interval).";
+            default = "60s";
+            description = ''
+              How often every current record is re-checked in full, besides
+              the watches on owned objects (--resync-interval; s, m or h).
+            '';
           };
           "lease-namespace" = mkOption {
             type = types.str;
@@ -517,12 +515,18 @@ in
       };
       default = { };
       example = {
-        "resync-interval" = "1m";
-        "some-new-flag" = true;
+        "resync-interval" = "5m";
+        cluster = [
+          "infra"
+          "apps"
+        ];
+        "leader-lease-seconds" = 30;
       };
       description = ''
         Operator flags: each attribute becomes `--name=value` (true:
-        `--name`; false or null: left out; a list: the flag repeated).
+        `--name`; false or null: left out; a list: the flag repeated, e.g.
+        `cluster` to manage only some Kix clusters). See
+        `kix-operator --help`.
       '';
     };
 
@@ -537,7 +541,7 @@ in
       type = types.attrsOf types.str;
       default = { };
       example = {
-        RUST_LOG = "kix=debug";
+        KIX_LOG = "info,kix_engine=debug";
       };
       description = "Extra environment variables for the operator.";
     };

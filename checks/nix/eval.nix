@@ -2,7 +2,7 @@
 # without network: the flake's outputs, flake.lock, the NixOS module and the
 # VM tests, evaluated against the stand-ins in ./stand-in.
 #
-#   nix-instantiate --eval --strict --json checks/nix/eval.nix
+#   nix-instantiate --eval --strict --json checks/nix/eval.nix --arg throwOnFailure true
 #
 # prints {"failed":[],"passed":N,...} and fails evaluation listing the broken
 # tests; checks/nix/run passes `--arg throwOnFailure false` to count them

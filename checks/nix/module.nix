@@ -163,9 +163,8 @@ in
     metricsAddress = "0.0.0.0";
     openFirewall = false;
     settings = {
-      "health-addr" = "127.0.0.1:8081";
       "lease-namespace" = "kube-system";
-      "resync-interval" = "5m";
+      "resync-interval" = "60s";
     };
     extraArgs = [ ];
     environment = { };
@@ -259,9 +258,8 @@ in
     "--kubeconfig=/var/lib/kix-operator/kubeconfig"
     "--log-format=text"
     "--metrics-addr=0.0.0.0:8080"
-    "--health-addr=127.0.0.1:8081"
     "--lease-namespace=kube-system"
-    "--resync-interval=5m"
+    "--resync-interval=60s"
   ] ctr.cmd;
   imageClosureInHostStore = ok (
     let
@@ -469,7 +467,6 @@ in
     "--metrics-addr=[::]:9000"
     "--a-switch"
     "--count=3"
-    "--health-addr=127.0.0.1:8081"
     "--lease-namespace=kube-system"
     "--repeated=x"
     "--repeated=y"
@@ -485,11 +482,11 @@ in
   environmentExtends = eq {
     NIX_REMOTE = "daemon";
     KIX_GCROOTS_DIR = "/var/lib/roots";
-    RUST_LOG = "debug";
+    KIX_LOG = "debug";
   } (eval {
     enable = true;
     gcRootsDir = "/var/lib/roots";
-    environment.RUST_LOG = "debug";
+    environment.KIX_LOG = "debug";
   }).virtualisation.oci-containers.containers.kix-operator.environment;
 
   assertionServiceAccountNeedsBootstrap = ok (

@@ -9,7 +9,8 @@
 # cluster (checks/nix/demo-cluster.nix, ConfigMaps only: no image pulls) with
 # `kix deploy demo --path <build> --operator --yes`, waits for its objects,
 # then edits and deletes them and waits until the operator has restored them
-# (drift corrected), and looks at `kix status`, the Activation and the GC root.
+# (drift corrected), and looks at `kix status`, the Activation, the metrics
+# and the GC root.
 {
   pkgs,
   self,
@@ -63,7 +64,10 @@ pkgs.testers.runNixOSTest {
         settings."resync-interval" = "15s";
       };
 
-      environment.systemPackages = [ kix ];
+      environment.systemPackages = [
+        kix
+        pkgs.curl
+      ];
     };
 
   testScript = ''
@@ -106,7 +110,9 @@ pkgs.testers.runNixOSTest {
 
     with subtest("operator runs (${mode} mode)"):
         machine.wait_for_unit("${operatorUnit}", timeout=300)
-        machine.wait_for_open_port(8080, timeout=300)
+        # /readyz answers once the operator reached the API server.
+        machine.wait_until_succeeds("curl -sf http://127.0.0.1:8080/readyz", timeout=300)
+        machine.succeed("curl -sf http://127.0.0.1:8080/metrics | grep -q kix_operator_leader")
         if container_mode:
             # The container sees the host store (read-only) and nix-store
             # inside it talks to the host's nix-daemon.
@@ -144,7 +150,7 @@ pkgs.testers.runNixOSTest {
         machine.wait_until_succeeds(f"{kubectl} -n kix-vm get configmap demo-extra", timeout=180)
 
     with subtest("status and GC root"):
-        machine.succeed(f"{kix} status demo --operator")
+        machine.succeed(f"{kix} status demo")
         machine.succeed(f"readlink -f /nix/var/nix/gcroots/kix/demo/* | grep -qx {cluster}")
   '';
 }

@@ -106,6 +106,7 @@ let
     "cargo"
     "clippy"
     "coreutils"
+    "curl"
     "go"
     "jq"
     "kubectl"

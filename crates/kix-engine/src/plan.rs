@@ -584,6 +584,12 @@ async fn dry_run(
             }
             Ok(planned)
         }
+        // A read-only account may plan: the change is shown without the
+        // server's check.
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            planned.note = Some("not checked by server-side dry-run: no permission to patch".into());
+            Ok(planned)
+        }
         Err(source) => Err(EngineError::Object {
             action: "checking (server-side dry-run)",
             key: d.key.clone(),

@@ -249,7 +249,12 @@ fn cpu_time() -> (Duration, Duration) {
     // (state); utime is field 14 and stime field 15.
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     (
         Duration::from_millis(ticks(11) * 10),
         Duration::from_millis(ticks(12) * 10),

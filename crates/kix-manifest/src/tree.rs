@@ -52,8 +52,8 @@ use crate::error::TreeError;
 use crate::kinds::{is_well_known_cluster_scoped, kind_rank};
 use crate::migration::{ActionKind, Migration};
 use crate::object::{Object, ObjectKey, ObjectKeyError, group_of};
-use crate::value::{CompactValue, json_len_at_most};
 use crate::store_path::STORE_DIR;
+use crate::value::{CompactValue, json_len_at_most};
 use crate::version::compare_versions;
 use crate::walk::{EntryKind, walk};
 

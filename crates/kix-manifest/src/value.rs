@@ -209,7 +209,7 @@ fn json_str_len(s: &str) -> usize {
         .bytes()
         .map(|b| match b {
             b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1, // \x
-            0..=0x1f => 5,                                         // \u00XX
+            0..=0x1f => 5,                                           // \u00XX
             _ => 0,
         })
         .sum();
@@ -224,7 +224,10 @@ fn display_len(n: &Number) -> usize {
     }
     if let Some(i) = n.as_i64() {
         // Negative here (non-negative ones are u64 above).
-        return 1 + i.unsigned_abs().checked_ilog10().map_or(1, |d| d as usize + 1);
+        return 1 + i
+            .unsigned_abs()
+            .checked_ilog10()
+            .map_or(1, |d| d as usize + 1);
     }
     struct Count(usize);
     impl fmt::Write for Count {

@@ -213,3 +213,40 @@ pub fn kubectl_output(args: &[&str]) -> Result<String> {
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
+
+/// A kubeconfig for `user` (a client certificate signed by the control
+/// plane's CA, no groups), so tests can run commands under restricted RBAC.
+/// The caller grants what the user may do.
+pub fn kubeconfig_for_user(user: &str, dir: &Path) -> Result<PathBuf> {
+    let pki = control_plane_dir().join("pki");
+    let key = dir.join(format!("{user}.key"));
+    let csr = dir.join(format!("{user}.csr"));
+    let crt = dir.join(format!("{user}.crt"));
+    let ext = dir.join("client.ext");
+    std::fs::write(&ext, "extendedKeyUsage=clientAuth\n")?;
+    let run = |args: &[&str]| -> Result<()> {
+        let out = Command::new("openssl").args(args).output().context("running openssl")?;
+        anyhow::ensure!(out.status.success(), "openssl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        Ok(())
+    };
+    let p = |p: &Path| p.to_string_lossy().into_owned();
+    run(&["req", "-newkey", "rsa:2048", "-nodes", "-subj", &format!("/CN={user}"), "-keyout", &p(&key), "-out", &p(&csr)])?;
+    run(&[
+        "x509", "-req", "-in", &p(&csr), "-CA", &p(&pki.join("ca.crt")), "-CAkey", &p(&pki.join("ca.key")),
+        "-CAcreateserial", "-days", "2", "-extfile", &p(&ext), "-out", &p(&crt),
+    ])?;
+    let server = std::fs::read_to_string(control_plane_dir().join("server"))?.trim().to_string();
+    let b64 = |path: &Path| -> Result<String> {
+        let out = Command::new("base64").arg("-w0").arg(path).output()?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let config = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kix-local\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\nusers:\n- name: {user}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: {user}\n  context: {{cluster: kix-local, user: {user}}}\ncurrent-context: {user}\n",
+        b64(&pki.join("ca.crt"))?,
+        b64(&crt)?,
+        b64(&key)?,
+    );
+    let path = dir.join(format!("{user}.kubeconfig"));
+    std::fs::write(&path, config)?;
+    Ok(path)
+}

@@ -95,10 +95,12 @@ impl SourceArgs {
         let options = self.options(global, extra_args);
         let cluster = cluster.to_owned();
         let described = source.to_string();
-        tokio::task::spawn_blocking(move || kix_nix::build_and_read(&source, &cluster, &options))
+        let (path, build) = tokio::task::spawn_blocking(move || kix_nix::build_and_read(&source, &cluster, &options))
             .await
             .context("the build task failed")?
-            .with_context(|| format!("building {described}"))
+            .with_context(|| format!("building {described}"))?;
+        warn_secrets(&build);
+        Ok((path, build))
     }
 }
 
@@ -211,4 +213,21 @@ impl Summary {
 
 fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
     if n == 1 { one } else { many }
+}
+
+/// Secrets in a build are readable by every user of the machine: the Nix store
+/// is world-readable. Say so, once per command.
+pub fn warn_secrets(build: &Build) {
+    let secrets: Vec<String> = build
+        .objects()
+        .filter(|o| o.key.group.is_empty() && o.key.kind == "Secret")
+        .map(|o| o.key.to_string())
+        .collect();
+    if !secrets.is_empty() {
+        eprintln!(
+            "warning: the build contains {} Secret(s) ({}); the Nix store is world-readable, so their values are readable by every user of this machine. Reference secrets instead (see docs/secrets.md).",
+            secrets.len(),
+            secrets.join(", ")
+        );
+    }
 }

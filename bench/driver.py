@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""The benchmark's measuring loop (bench/run calls it; stdlib only).
+
+    driver.py --work DIR --sizes 1000,5000 --runs 3 --tools kix,kubectl,helm,kapp,ssa
+              --kubeconfig K --kix BIN --kubectl BIN [--helm BIN] [--kapp BIN] --ssa-loop BIN
+
+For each size it generates the workloads (gen.py), then, run after run, takes
+each tool through the same sequence on the same control plane:
+
+    first    deploy v0 into empty namespaces
+    noop     deploy v0 again
+    plan     plan / diff v1 (10 % changed) against the live v0
+    change   deploy v1
+    prune    deploy v2 (v1 without 10 % of the objects)
+
+and deletes the tool's namespaces and records before the next tool. Between
+steps it waits, untimed, until the tool's Deployments are available so a
+step never competes with the controllers' work left over from the previous
+one; the time from a deploy's start until then is recorded as "ready".
+Every command runs under /usr/bin/time -v (peak RSS). Results are appended
+to DIR/results.json after each step, so an interrupted run keeps what it
+measured.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STEPS = ["first", "noop", "plan", "change", "prune"]
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+class Bench:
+    def __init__(self, args):
+        self.a = args
+        self.work = args.work
+        self.logdir = os.path.join(self.work, "logs")
+        os.makedirs(self.logdir, exist_ok=True)
+        self.results_path = os.path.join(self.work, "results.json")
+        self.results = {"runs": []}
+        self.env = dict(os.environ, KUBECONFIG=args.kubeconfig,
+                        KIX_GCROOTS_DIR=os.path.join(self.work, "gcroots"),
+                        KIX_OFFLINE="1", NO_COLOR="1", TERM="dumb")
+        self.env.pop("KIX_LOG", None)
+        self.kubectl = [args.kubectl, "--kubeconfig", args.kubeconfig]
+
+    # --- running commands -------------------------------------------------
+
+    def sh(self, cmd, check=True, quiet=True, env=None):
+        """Untimed helper command."""
+        r = subprocess.run(cmd, env=env or self.env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+        if not quiet:
+            sys.stderr.write(r.stdout)
+        return r
+
+    def timed(self, label, cmd, env=None, ok=(0,)):
+        """Runs cmd under /usr/bin/time -v; returns wall seconds, peak RSS (MB), output."""
+        tfile = os.path.join(self.logdir, "time.txt")
+        logf = os.path.join(self.logdir, f"{label}.log")
+        with open(logf, "w") as out:
+            out.write("$ " + " ".join(cmd) + "\n")
+            out.flush()
+            t0 = time.monotonic()
+            rc = subprocess.call(["/usr/bin/time", "-v", "-o", tfile] + cmd,
+                                 env=env or self.env, stdout=out, stderr=subprocess.STDOUT)
+            wall = time.monotonic() - t0
+        with open(tfile) as f:
+            tv = f.read()
+        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", tv)
+        rss = int(m.group(1)) / 1024 if m else None
+        with open(logf) as f:
+            output = f.read()
+        if rc not in ok:
+            raise RuntimeError(f"{label}: exit {rc}; see {logf}:\n{output[-3000:]}")
+        return {"wall": round(wall, 3), "rss_mb": round(rss, 1) if rss else None,
+                "t0": t0, "output": output}
+
+    def settle(self, tool, since):
+        """Waits until the tool's Deployments are available; returns seconds since `since`."""
+        self.sh([self.a.ssa_loop, "--kubeconfig", self.a.kubeconfig, "--wait-only",
+                 "--selector", f"bench.kix.run/tool={tool}", "--timeout", "20m"])
+        return round(time.monotonic() - since, 3)
+
+    def cleanup(self, tool):
+        """Deletes the tool's namespaces and state; waits until they are gone."""
+        k = self.kubectl
+        sel = f"bench.kix.run/tool={tool}"
+        self.sh(k + ["delete", "namespace", "-l", sel, "--wait=false", "--ignore-not-found"])
+        if tool == "kix":
+            for res in ("activations.kix.run", "packageinstances.kix.run"):
+                self.sh(k + ["delete", res, "--all", "--ignore-not-found", "--wait=false"], check=False)
+            self.sh(["rm", "-rf", os.path.join(self.work, "gcroots")])
+        elif tool == "kubectl":
+            self.sh(k + ["delete", "applysets.bench.kix.run", "kubectl-bench", "--ignore-not-found"], check=False)
+        elif tool == "helm":
+            self.sh(k + ["delete", "namespace", "helm-bench", "--ignore-not-found", "--wait=false"])
+        elif tool == "kapp":
+            self.sh(k + ["delete", "namespace", "kapp-bench", "--ignore-not-found", "--wait=false"])
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            r = self.sh(k + ["get", "namespace", "-o", "name", "-l", sel], check=False)
+            extra = ""
+            if tool in ("helm", "kapp"):
+                extra = self.sh(k + ["get", "namespace", f"{tool}-bench", "-o", "name",
+                                     "--ignore-not-found"], check=False).stdout.strip()
+            if not r.stdout.strip() and not extra and r.returncode == 0:
+                return
+            time.sleep(1)
+        raise RuntimeError(f"namespaces of {tool} still there after 15 minutes")
+
+    # --- tools ------------------------------------------------------------
+
+    def prepare(self, tool):
+        k = self.kubectl
+        if tool == "kubectl":
+            # A pre-made cluster-scoped parent, as `kubectl apply --applyset`
+            # requires for a custom resource parent.
+            self.sh(k + ["apply", "--server-side", "-f", os.path.join(HERE, "manifests", "applyset-parent.yaml")])
+            self.sh(k + ["wait", "--for", "condition=Established", "crd/applysets.bench.kix.run"])
+            parent = ("apiVersion: bench.kix.run/v1\nkind: ApplySet\nmetadata:\n  name: kubectl-bench\n"
+                      "  labels:\n    applyset.kubernetes.io/id: " + applyset_id("kubectl-bench", "", "ApplySet",
+                                                                                 "bench.kix.run") + "\n"
+                      "  annotations:\n    applyset.kubernetes.io/tooling: kubectl/" + self.a.kubectl_version + "\n"
+                      "    applyset.kubernetes.io/contains-group-kinds: \"\"\n")
+            subprocess.run(k + ["apply", "--server-side", "-f", "-"], input=parent, text=True, check=True,
+                           stdout=subprocess.DEVNULL, env=self.env)
+        elif tool == "kapp":
+            self.sh(k + ["create", "namespace", "kapp-bench"])
+
+    def deploy_cmd(self, tool, d, variant):
+        """(command, env, accepted exit codes) deploying `variant` of workload dir `d`."""
+        a = self.a
+        v = os.path.join(d, variant)
+        if tool == "kix":
+            return ([a.kix, "deploy", "bench", "--path", self.store[d][variant], "--yes",
+                     "--timeout", "30m"], None, (0,))
+        if tool == "kubectl":
+            return ([a.kubectl, "--kubeconfig", a.kubeconfig, "apply", "--server-side", "--prune",
+                     "--applyset=applysets.bench.kix.run/kubectl-bench", "-R", "-f", os.path.join(v, "kubectl")],
+                    dict(self.env, KUBECTL_APPLYSET="true"), (0,))
+        if tool == "helm":
+            return ([a.helm, "upgrade", "--install", "bench", os.path.join(v, "helm-chart"),
+                     "-n", "helm-bench", "--create-namespace", "--kubeconfig", a.kubeconfig],
+                    dict(self.env, HELM_CACHE_HOME=os.path.join(self.work, "helm", "cache"),
+                         HELM_CONFIG_HOME=os.path.join(self.work, "helm", "config"),
+                         HELM_DATA_HOME=os.path.join(self.work, "helm", "data")), (0,))
+        if tool == "kapp":
+            return ([a.kapp, "deploy", "-a", "bench", "-n", "kapp-bench", "-f", os.path.join(v, "kapp"),
+                     "--kubeconfig", a.kubeconfig, "-y", "--wait=false", "--tty=false", "--color=false"],
+                    None, (0,))
+        if tool == "ssa":
+            return ([a.ssa_loop, "--kubeconfig", a.kubeconfig, "--concurrency", "32",
+                     os.path.join(v, "ssa")], None, (0,))
+        raise ValueError(tool)
+
+    def plan_cmd(self, tool, d, variant):
+        a = self.a
+        v = os.path.join(d, variant)
+        if tool == "kix":
+            return [a.kix, "plan", "bench", "--path", self.store[d][variant]], (0,)
+        if tool == "kubectl":
+            # A field manager of its own with --force-conflicts: the diff shows
+            # exactly the changed fields (the applyset label stays kubectl's).
+            return [a.kubectl, "--kubeconfig", a.kubeconfig, "diff", "--server-side", "--force-conflicts",
+                    "-R", "-f", os.path.join(v, "kubectl")], (0, 1)
+        if tool == "kapp":
+            return [a.kapp, "deploy", "-a", "bench", "-n", "kapp-bench", "-f", os.path.join(v, "kapp"),
+                    "--kubeconfig", a.kubeconfig, "--diff-run", "--tty=false", "--color=false"], (0,)
+        return None, None  # helm: diff is a plugin (helm-diff); ssa: nothing to plan
+
+    # --- the sequence ------------------------------------------------------
+
+    def run_tool(self, tool, d, size, run):
+        label = f"{size}-{tool}-r{run}"
+        self.cleanup(tool)
+        self.prepare(tool)
+        rec = {"size": size, "tool": tool, "run": run, "steps": {}}
+        seq = [("first", "v0"), ("noop", "v0"), ("plan", "v1"), ("change", "v1"), ("prune", "v2")]
+        for step, variant in seq:
+            if step == "plan":
+                cmd, ok = self.plan_cmd(tool, d, variant)
+                if cmd is None:
+                    continue
+                r = self.timed(f"{label}-{step}", cmd, ok=ok)
+            else:
+                if tool == "ssa" and step == "prune":
+                    continue  # the loop only applies
+                cmd, env, ok = self.deploy_cmd(tool, d, variant)
+                if tool == "ssa" and step == "first":
+                    cmd = cmd[:1] + ["--wait"] + cmd[1:]
+                r = self.timed(f"{label}-{step}", cmd, env=env, ok=ok)
+                if tool == "ssa" and step == "first":
+                    applied = float(re.search(r"applied \d+ objects in ([\d.]+)s", r["output"]).group(1))
+                    ready = float(re.search(r"ready in ([\d.]+)s", r["output"]).group(1))
+                    rec["steps"]["first_ready"] = {"wall": ready, "rss_mb": r["rss_mb"]}
+                    r["wall"] = applied
+                else:
+                    r["ready"] = self.settle(tool, r["t0"])
+            rec["steps"][step] = {k: v for k, v in r.items() if k in ("wall", "rss_mb", "ready")}
+            log(f"{label} {step}: {r['wall']:.2f}s"
+                + (f" (ready {r['ready']:.2f}s)" if "ready" in r else "")
+                + (f", {r['rss_mb']:.0f} MB" if r["rss_mb"] else ""))
+        if tool == "kix":
+            rec["kix_counts"] = self.kix_record_summary()
+        self.results["runs"].append(rec)
+        self.save()
+        self.cleanup(tool)
+
+    def kix_record_summary(self):
+        """The messages of kix's records (apply time as kix measured it)."""
+        r = self.sh(self.kubectl + ["get", "activations.kix.run", "-o",
+                                    "jsonpath={range .items[*]}{.metadata.name}: {.status.message}{\"\\n\"}{end}"],
+                    check=False)
+        return r.stdout.strip().splitlines()
+
+    def save(self):
+        with open(self.results_path + ".tmp", "w") as f:
+            json.dump(self.results, f, indent=1)
+        os.replace(self.results_path + ".tmp", self.results_path)
+
+    def main(self):
+        a = self.a
+        self.store = {}
+        tools = a.tools.split(",")
+        self.results["config"] = {"sizes": a.sizes, "runs": a.runs, "tools": tools}
+        for size in [int(s) for s in a.sizes.split(",")]:
+            d = os.path.join(self.work, f"workload-{size}")
+            log(f"generating {size} objects in {d}")
+            subprocess.check_call([sys.executable, os.path.join(HERE, "gen.py"), d, str(size)])
+            # kix deploys store paths (what Nix builds): the trees are added
+            # to the store once, untimed, as a build would have put them there.
+            self.store[d] = {}
+            for variant in ("v0", "v1", "v2"):
+                out = self.sh(["nix-store", "--add", os.path.join(d, variant, "kix-tree")]).stdout.strip()
+                self.store[d][variant] = out
+            for run in range(1, a.runs + 1):
+                # Rotate the order so no tool always runs first (cold caches)
+                # or right after the heaviest one.
+                order = tools[(run - 1) % len(tools):] + tools[:(run - 1) % len(tools)]
+                for tool in order:
+                    self.run_tool(tool, d, size, run)
+
+
+def applyset_id(name, namespace, kind, group):
+    import base64
+    import hashlib
+    digest = hashlib.sha256(f"{name}.{namespace}.{kind}.{group}".encode()).digest()
+    return "applyset-" + base64.urlsafe_b64encode(digest).decode().rstrip("=") + "-v1"
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--work", required=True)
+    p.add_argument("--sizes", default="1000,5000")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--tools", default="ssa,kix,kubectl,helm,kapp")
+    p.add_argument("--kubeconfig", required=True)
+    p.add_argument("--kix", required=True)
+    p.add_argument("--kubectl", required=True)
+    p.add_argument("--kubectl-version", default="v1.36.3")
+    p.add_argument("--helm")
+    p.add_argument("--kapp")
+    p.add_argument("--ssa-loop", required=True)
+    Bench(p.parse_args()).main()
+
+
+if __name__ == "__main__":
+    main()
