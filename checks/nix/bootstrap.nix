@@ -48,6 +48,39 @@ let
         }
       ];
     };
+    # what the demo cluster of the VM tests needs, and no more
+    demo = {
+      rbac.namespaces = [ "kix-vm" ];
+      rbac.applyRules = [
+        {
+          apiGroups = [ "" ];
+          resources = [ "configmaps" ];
+          verbs = [
+            "get"
+            "list"
+            "watch"
+            "create"
+            "update"
+            "patch"
+            "delete"
+          ];
+        }
+      ];
+      rbac.clusterApplyRules = [
+        {
+          apiGroups = [ "" ];
+          resources = [ "namespaces" ];
+          verbs = [
+            "get"
+            "list"
+            "watch"
+            "create"
+            "update"
+            "patch"
+          ];
+        }
+      ];
+    };
   };
   config =
     (common.nixos [

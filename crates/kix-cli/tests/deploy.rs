@@ -373,8 +373,9 @@ async fn assert_no_record_applying(cli: &Cli) {
 #[tokio::test]
 async fn killed_during_the_wait_then_rerun_converges() {
     let mut cli = Cli::new("cli-kill-wait").await;
-    // Available only 8 s after its Pod is ready: the wait takes a while.
-    let tree = cli.tree(&[configmap("cfg", "1"), deployment("slow", true, 8)]);
+    // Available only 30 s after its Pod is ready: still not Available when the
+    // killed client's lease expires, so the rerun must wait for it.
+    let tree = cli.tree(&[configmap("cfg", "1"), deployment("slow", true, 30)]);
     let mut child = cli.spawn_deploy(&tree, &["--yes", "--timeout", "2m"]);
     let pid = child.id();
     let deployments: Api<DynamicObject> = Api::namespaced_with(

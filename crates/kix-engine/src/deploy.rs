@@ -575,19 +575,39 @@ async fn apply_group(
         .filter_map(|d| planned.get(&d.key).map(|p| (*d, *p)))
         .filter(|(_, p)| p.action != Action::Unchanged)
         .collect();
-    if writes.is_empty() {
+    // Unchanged objects are not written, but the group is healthy only when
+    // they are too: the rerun of a build whose deploy failed, or was killed
+    // before its wait ended, must not find it healthy unchecked.
+    let mut to_wait: Vec<WaitTarget> = objects
+        .iter()
+        .filter(|d| {
+            planned
+                .get(&d.key)
+                .is_some_and(|p| p.action == Action::Unchanged)
+        })
+        .filter(|d| !has_no_health(&d.key))
+        .map(|d| WaitTarget {
+            resource: d.resource.api.clone(),
+            namespace: d.key.namespace.clone(),
+            name: d.key.name.clone(),
+        })
+        .collect();
+    if writes.is_empty() && to_wait.is_empty() {
         return true;
     }
-    emit(
-        options,
-        Event::GroupStarted {
-            group: group.to_string(),
-            objects: writes.len(),
-        },
-    );
+    // A group with nothing to write reports only when it is not healthy.
+    let quiet = writes.is_empty();
+    if !quiet {
+        emit(
+            options,
+            Event::GroupStarted {
+                group: group.to_string(),
+                objects: writes.len(),
+            },
+        );
+    }
     let started = Instant::now();
     let mut ok = true;
-    let mut to_wait: Vec<WaitTarget> = Vec::new();
     let mut ranks: BTreeMap<u8, Vec<(&Desired, &PlannedObject)>> = BTreeMap::new();
     for w in writes {
         ranks.entry(w.0.rank).or_default().push(w);
@@ -647,13 +667,15 @@ async fn apply_group(
         }
     }
     if !to_wait.is_empty() {
-        emit(
-            options,
-            Event::Waiting {
-                group: group.to_string(),
-                pending: to_wait.iter().map(target_name).collect(),
-            },
-        );
+        if !quiet {
+            emit(
+                options,
+                Event::Waiting {
+                    group: group.to_string(),
+                    pending: to_wait.iter().map(target_name).collect(),
+                },
+            );
+        }
         let timeout = deadline.saturating_duration_since(Instant::now());
         let wait_options = WaitOptions {
             timeout,
@@ -698,7 +720,7 @@ async fn apply_group(
             }
         }
     }
-    if ok {
+    if ok && !quiet {
         emit(
             options,
             Event::Healthy {
@@ -708,6 +730,18 @@ async fn apply_group(
         );
     }
     ok
+}
+
+/// Kinds without a status: always healthy, never waited for.
+fn has_no_health(key: &ObjectKey) -> bool {
+    matches!(
+        (key.group.as_str(), key.kind.as_str()),
+        ("", "ConfigMap" | "Secret" | "ServiceAccount")
+            | (
+                "rbac.authorization.k8s.io",
+                "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding"
+            )
+    )
 }
 
 fn target_name(t: &WaitTarget) -> String {

@@ -130,3 +130,30 @@ async fn on_error_continue_applies_independent_packages_and_skips_dependents() {
     assert_eq!(record.phase(), Some(Phase::Degraded));
     kit.cleanup().await;
 }
+
+#[tokio::test]
+async fn redeploying_a_failed_build_waits_again_and_fails_again() {
+    let kit = Kit::new("fail-again").await;
+    kit.deploy(&kit.simple(&[configmap("cfg", &[("v", "1")])])).await;
+    let bad = kit.build(&[
+        Pkg::new("a", &[configmap("cfg", &[("v", "2")]), deployment("stuck", false)]),
+        Pkg::new("b", &[configmap("after", &[("k", "v")])]).depends_on(&["a"]),
+    ]);
+    let mut options = kit.options();
+    options.timeout = Duration::from_secs(3);
+    let first = kit.try_deploy(&bad, &options).await.expect("deploy runs");
+    assert_eq!(first.phase, Phase::Failed, "{first:?}");
+
+    // Same build again: its objects are already applied (nothing to write),
+    // but they are not healthy; the deploy must not call them Active.
+    let again = kit.try_deploy(&bad, &options).await.expect("deploy runs");
+    assert_eq!(again.phase, Phase::Failed, "{again:?}");
+    assert!(again.message.contains("stuck"), "{}", again.message);
+    assert!(kit.cm_value("after", "k").await.is_none(), "b waits for a");
+    let phases: Vec<_> = kit.records().await.iter().map(|r| r.phase()).collect();
+    assert_eq!(
+        phases,
+        [Some(Phase::Active), Some(Phase::Failed), Some(Phase::Failed)]
+    );
+    kit.cleanup().await;
+}

@@ -46,6 +46,39 @@ impl ReconcileError {
     }
 }
 
+/// What the operator may apply (its least-privilege mode). Empty sets allow all.
+#[derive(Debug, Default, Clone)]
+pub struct AllowList {
+    pub namespaces: BTreeSet<String>,
+    /// `Kind` for the core group, `Kind.group` otherwise.
+    pub kinds: BTreeSet<String>,
+}
+
+impl AllowList {
+    /// The objects of `build` outside the allow-list, with the reason.
+    pub fn violations(&self, build: &kix_manifest::Build) -> Vec<String> {
+        let mut out = Vec::new();
+        for object in build.objects() {
+            let key = &object.key;
+            let kind = if key.group.is_empty() { key.kind.clone() } else { format!("{}.{}", key.kind, key.group) };
+            if !self.kinds.is_empty() && !self.kinds.contains(&kind) {
+                out.push(format!("{key}: kind {kind} is not allowed"));
+                continue;
+            }
+            if self.namespaces.is_empty() {
+                continue;
+            }
+            let namespace = if key.group.is_empty() && key.kind == "Namespace" { Some(&key.name) } else { key.namespace.as_ref() };
+            match namespace {
+                Some(ns) if self.namespaces.contains(ns) => {}
+                Some(ns) => out.push(format!("{key}: namespace {ns} is not allowed")),
+                None => out.push(format!("{key}: cluster-scoped objects are not allowed")),
+            }
+        }
+        out
+    }
+}
+
 pub struct Context {
     pub client: Client,
     pub metrics: Arc<Metrics>,
@@ -55,6 +88,7 @@ pub struct Context {
     pub lease_namespace: String,
     /// Kix clusters this operator manages; empty: all.
     pub clusters: BTreeSet<String>,
+    pub allow: AllowList,
     /// Kix cluster → its current operator record; record → cluster. Lets the
     /// watches on owned objects find the record to reconcile.
     pub current: Mutex<BTreeMap<String, String>>,
@@ -148,6 +182,11 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         Ok(build) => return fail(ctx, &record, format!("{path} is a build of Kix cluster {:?}, not {cluster:?}", build.cluster)).await,
         Err(err) => return fail(ctx, &record, format!("reading {path}: {err}")).await,
     };
+    let violations = ctx.allow.violations(&build);
+    if !violations.is_empty() {
+        let shown: Vec<&str> = violations.iter().take(10).map(String::as_str).collect();
+        return fail(ctx, &record, format!("the build is outside this operator's allow-list: {}", shown.join("; "))).await;
+    }
     if let Ok(mut kinds) = ctx.kinds.lock() {
         for object in build.objects() {
             kinds.insert(format!("{}/{}", object.api_version, object.key.kind));

@@ -56,6 +56,14 @@ struct Args {
     /// Lets several operators share an apiserver, each with its own clusters.
     #[arg(long = "cluster", value_name = "NAME")]
     clusters: Vec<String>,
+    /// Least privilege: apply only objects in these namespaces (repeatable;
+    /// Namespace objects of these names included). Default: any namespace.
+    #[arg(long = "allow-namespace", value_name = "NS")]
+    allow_namespaces: Vec<String>,
+    /// Least privilege: apply only these kinds (`ConfigMap`, `Deployment.apps`;
+    /// repeatable). Default: any kind.
+    #[arg(long = "allow-kind", value_name = "KIND")]
+    allow_kinds: Vec<String>,
     /// Name of the leader-election Lease.
     #[arg(long, default_value = "kix-operator")]
     leader_lease: String,
@@ -160,6 +168,10 @@ async fn main() -> anyhow::Result<()> {
             holder: identity.clone(),
             lease_namespace: args.lease_namespace.clone(),
             clusters: args.clusters.iter().cloned().collect(),
+            allow: controller::AllowList {
+                namespaces: args.allow_namespaces.iter().cloned().collect(),
+                kinds: args.allow_kinds.iter().cloned().collect(),
+            },
             current: Default::default(),
             kinds: Default::default(),
         });

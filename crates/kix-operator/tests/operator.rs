@@ -349,3 +349,41 @@ async fn an_operator_killed_mid_apply_converges_after_restart() {
         assert!(names.contains(&format!("cm-{i}")), "cm-{i} missing after the restart");
     }
 }
+
+#[tokio::test]
+async fn least_privilege_allow_list_refuses_other_namespaces_and_kinds() {
+    let env = TestEnv::new("op-allow").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let metrics = free_port();
+    let log = dir.path().join("op.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kix-operator"))
+        .arg("--kubeconfig")
+        .arg(kix_testkit::kubeconfig_path())
+        .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+        .args(["--leader-lease", &kix_testkit::unique_name("lease"), "--lease-namespace", &env.namespace])
+        .args(["--cluster", &env.cluster, "--allow-namespace", &env.namespace, "--allow-kind", "ConfigMap"])
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("operator");
+    let records: Api<Activation> = Api::all(env.client.clone());
+    // Allowed: a ConfigMap in the allowed namespace.
+    let ok = tree(dir.path(), &env.cluster, &env.namespace, &configmap("allowed", "v"));
+    let out = kix(&["deploy", &env.cluster, "--path", ok.to_str().expect("utf8"), "--operator", "--yes"]);
+    assert!(out.status.success(), "{}", text(&out));
+    // Refused: a ConfigMap in a namespace outside the allow-list.
+    let bad_yaml = format!(
+        "{}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: elsewhere, namespace: kube-public}}\ndata: {{a: b}}\n",
+        configmap("allowed", "v2")
+    );
+    let bad = tree(dir.path(), &env.cluster, &env.namespace, &bad_yaml);
+    let out = kix(&["deploy", &env.cluster, "--path", bad.to_str().expect("utf8"), "--operator", "--yes"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let record = records.get(&format!("{}-2", env.cluster)).await.expect("record");
+    assert_eq!(record.phase(), Some(Phase::Failed));
+    let message = record.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(message.contains("kube-public") && message.contains("not allowed"), "{message}");
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "kube-public");
+    assert!(cms.get_opt("elsewhere").await.expect("get").is_none(), "nothing outside the allow-list is applied");
+    let _ = child.kill();
+    let _ = child.wait();
+}

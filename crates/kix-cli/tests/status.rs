@@ -1,0 +1,89 @@
+//! `kix status` end to end: health per object (Ready, Missing, Drifted,
+//! extra objects), the receipt, PackageInstances, and a current build that is
+//! gone from the store.
+
+mod cli_support;
+
+use cli_support::{Kix, configmap, deployment, nix_delete, path_of};
+
+fn object<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    status["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .flat_map(|p| p["objects"].as_array().expect("objects"))
+        .find(|o| o["object"]["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not in {status:#}"))
+}
+
+#[tokio::test]
+async fn status_shows_health_missing_drifted_and_extra_objects() {
+    let kix = Kix::new("status").await;
+    let objects = configmap("alpha", "1") + &configmap("beta", "1") + &deployment("web", true);
+    let v1 = kix.tree("v1", &(objects.clone() + &configmap("gamma", "1")), serde_json::json!({}));
+    let v2 = kix.tree("v2", &objects, serde_json::json!({}));
+    kix.deploy(&v1, &[]).ok();
+    kix.deploy(&v2, &["--prune=false"]).ok();
+
+    let status = kix.kix(&["status", kix.cluster(), "-o", "json"]).ok().json();
+    assert_eq!(status["current"]["name"], kix.name(2));
+    assert_eq!(status["current"]["phase"], "Active");
+    assert_eq!(status["build"]["state"], "read");
+    assert_eq!(object(&status, "alpha")["health"], "Ready");
+    assert_eq!(object(&status, "web")["health"], "Ready");
+    assert_eq!(object(&status, "gamma")["extra"], true);
+    assert_eq!(status["counts"]["Ready"], 4);
+
+    // Someone deletes one object and edits another.
+    kix.kubectl(&["delete", "configmap", "-n", kix.ns(), "beta"]);
+    kix.kubectl(&["patch", "configmap", "-n", kix.ns(), "alpha", "--type=merge", "-p", r#"{"data":{"v":"edited"}}"#]);
+    let status = kix.kix(&["status", kix.cluster(), "-o", "json"]).ok().json();
+    assert_eq!(object(&status, "beta")["health"], "Missing");
+    assert_eq!(object(&status, "alpha")["health"], "Drifted");
+    assert!(object(&status, "alpha")["reason"].as_str().unwrap_or_default().contains("data.v"), "{status:#}");
+    assert_eq!(status["counts"]["Missing"], 1);
+    assert_eq!(status["counts"]["Drifted"], 1);
+
+    // A PackageInstance record shows up.
+    let instance = serde_json::json!({
+        "apiVersion": "kix.run/v1alpha1", "kind": "PackageInstance",
+        "metadata": {"name": format!("{}.web", kix.cluster()), "labels": {"kix.run/cluster": kix.cluster()}},
+        "spec": {"cluster": kix.cluster(), "package": "web", "version": "1", "activation": kix.name(2)}
+    });
+    let file = kix.dir.path().join("instance.json");
+    std::fs::write(&file, instance.to_string()).expect("write");
+    kix.kubectl(&["apply", "-f", file.to_str().expect("path")]);
+
+    let text = kix.kix(&["status", kix.cluster()]).ok().stdout;
+    for expected in [
+        format!("current activation: {} (Active)", kix.name(2)),
+        "objects: 3 Ready, 0 Progressing, 0 Degraded, 1 Missing, 1 Drifted".to_string(),
+        "package web 1 (3/5 Ready)".to_string(),
+        format!("Missing     ConfigMap {}/beta", kix.ns()),
+        format!("Drifted     ConfigMap {}/alpha: changed since kix applied it: data.v", kix.ns()),
+        format!("Ready       ConfigMap {}/gamma (not in the build)", kix.ns()),
+        "package instances:".to_string(),
+        format!("{}.web", kix.cluster()),
+    ] {
+        assert!(text.contains(&expected), "{expected:?} not in:\n{text}");
+    }
+    let _ = kix.kubectl(&["delete", "packageinstances.kix.run", &format!("{}.web", kix.cluster())]);
+
+    // The current build is gone from the store: live objects only.
+    let path = path_of(&kix.records().await[1]);
+    std::fs::remove_file(kix.roots.join(kix.cluster()).join(kix.name(2))).expect("root");
+    assert!(nix_delete(&path));
+    let status = kix.kix(&["status", kix.cluster(), "-o", "json"]).ok().json();
+    assert_eq!(status["build"]["state"], "unreadable");
+    assert_eq!(status["counts"]["Missing"], 0);
+    assert_eq!(object(&status, "alpha")["health"], "Ready");
+    let text = kix.kix(&["status", kix.cluster()]).ok().stdout;
+    assert!(text.contains("cannot be read"), "{text}");
+}
+
+#[tokio::test]
+async fn status_of_a_cluster_without_activations() {
+    let kix = Kix::new("status-none").await;
+    let run = kix.kix(&["status", kix.cluster()]).ok();
+    assert!(run.stdout.contains("current activation: none"), "{}", run.stdout);
+}
