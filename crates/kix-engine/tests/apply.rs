@@ -260,3 +260,52 @@ async fn reconcile_reapplies_out_of_band_edits_the_digest_fast_path_does_not() {
     assert!(again.no_op, "{again:?}");
     kit.cleanup().await;
 }
+
+#[tokio::test]
+async fn reconcile_finds_no_drift_in_what_it_just_applied() {
+    let kit = Kit::new("apply-reconcile-clean").await;
+    // Fields the apiserver defaults or normalises: quantities, ports,
+    // Secret stringData (stored as data), an int-or-string targetPort.
+    let built = kit.simple(&[
+        deployment_with(
+            "web",
+            true,
+            &json!({"template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                "containers": [{"name": "main", "image": "example.invalid/app:1",
+                    "ports": [{"containerPort": 8080}],
+                    "resources": {"requests": {"cpu": "0.5", "memory": "1Gi"},
+                                  "limits": {"cpu": "1000m"}}}],
+                "tolerations": [{"operator": "Exists"}]}}}),
+        ),
+        yaml(&json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})),
+        yaml(&json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
+            "stringData": {"password": "s3cret"}, "data": {"raw": "cmF3"}})),
+    ]);
+    kit.deploy(&built).await;
+    let plan = kit
+        .plan(
+            &built,
+            &kix_engine::plan::PlanOptions {
+                reconcile: true,
+                prune: true,
+                ..Default::default()
+            },
+        )
+        .await;
+    let drifted: Vec<_> = plan
+        .objects()
+        .filter(|o| o.action != kix_engine::plan::Action::Unchanged)
+        .map(|o| (o.key.to_string(), o.note.clone()))
+        .collect();
+    assert!(drifted.is_empty(), "false drift: {drifted:#?}");
+    let mark = audit::mark().expect("mark");
+    let outcome = kit
+        .try_deploy_with(&built, true, &kit.options())
+        .await
+        .expect("reconcile deploy");
+    assert!(outcome.no_op, "{outcome:?}");
+    let writes = kit.writes(mark);
+    assert!(writes.is_empty(), "{}", describe(&writes));
+    kit.cleanup().await;
+}

@@ -140,6 +140,11 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
         },
         ..DeployOptions::default()
     };
+    // Undocumented, for the fault tests: a shorter deploy Lease (a killed
+    // client then blocks the next deploy for seconds, not 15 s).
+    if let Some(secs) = std::env::var("KIX_LEASE_SECONDS").ok().and_then(|s| s.parse::<u64>().ok()) {
+        options.lease.duration = Duration::from_secs(secs.max(1));
+    }
     if args.operator {
         return deploy_with_operator(&client, &build, &plan, options, &args).await;
     }
