@@ -84,9 +84,12 @@ pub fn hint_for(err: &anyhow::Error) -> Option<&'static str> {
 
 pub fn hint_for_text(text: &str) -> Option<&'static str> {
     let lower = text.to_lowercase();
-    if text.contains("Nix is not installed") || (text.contains("nix") && text.contains("cannot run `nix"))
+    if text.contains("Nix is not installed")
+        || (text.contains("nix") && text.contains("cannot run `nix"))
     {
-        return Some("kix needs Nix: install it (on Debian: apt-get install nix-bin) and make sure nix-store is on PATH");
+        return Some(
+            "kix needs Nix: install it (on Debian: apt-get install nix-bin) and make sure nix-store is on PATH",
+        );
     }
     if text.contains("is no longer in the Nix store") {
         return Some(
@@ -94,16 +97,22 @@ pub fn hint_for_text(text: &str) -> Option<&'static str> {
         );
     }
     if text.contains("kubeconfig")
-        && (text.contains("No such file") || text.contains("not found") || text.contains("failed to read kubeconfig"))
+        && (text.contains("No such file")
+            || text.contains("not found")
+            || text.contains("failed to read kubeconfig"))
     {
         return Some(
             "no kubeconfig: point KUBECONFIG or --kubeconfig at one (checks/control-plane env prints one for the local control plane)",
         );
     }
     if text.contains("failed to infer config") {
-        return Some("no kubeconfig found and not running in a cluster: set KUBECONFIG or pass --kubeconfig");
+        return Some(
+            "no kubeconfig found and not running in a cluster: set KUBECONFIG or pass --kubeconfig",
+        );
     }
-    if text.contains("loading kubeconfig context") || text.contains("failed to load current context") || text.contains("LoadContext")
+    if text.contains("loading kubeconfig context")
+        || text.contains("failed to load current context")
+        || text.contains("LoadContext")
     {
         return Some(
             "that context is not in the kubeconfig: list them with `kubectl config get-contexts`, then pass --context NAME (or fix settings.context of the Kix cluster)",
@@ -120,10 +129,14 @@ pub fn hint_for_text(text: &str) -> Option<&'static str> {
         );
     }
     if text.contains("Unauthorized") || text.contains("code: 401") {
-        return Some("the apiserver did not accept the credentials: refresh them or use another --context");
+        return Some(
+            "the apiserver did not accept the credentials: refresh them or use another --context",
+        );
     }
     if lower.contains("connection refused") || lower.contains("error trying to connect") {
-        return Some("the apiserver does not answer: is the cluster up, and is the kubeconfig's server address right?");
+        return Some(
+            "the apiserver does not answer: is the cluster up, and is the kubeconfig's server address right?",
+        );
     }
     None
 }
@@ -143,7 +156,10 @@ pub fn age(time: DateTime<Utc>, now: DateTime<Utc>) -> String {
 pub fn print_stdout(text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
     }

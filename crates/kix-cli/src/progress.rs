@@ -41,8 +41,8 @@ pub fn mode(enabled: bool, tui: bool) -> Mode {
     if v.log_format == LogFormat::Json {
         return Mode::Json;
     }
-    let terminal = std::io::stderr().is_terminal()
-        && std::env::var("TERM").map_or(true, |t| t != "dumb");
+    let terminal =
+        std::io::stderr().is_terminal() && std::env::var("TERM").map_or(true, |t| t != "dumb");
     match (terminal, tui) {
         (true, true) => Mode::Tui,
         (true, false) => Mode::Bars,
@@ -111,7 +111,9 @@ pub fn line(event: &Event) -> Option<String> {
             }
         }
         Event::ApplyFailed { key, error } => format!("  failed {key}: {error}"),
-        Event::Waiting { group, pending } => format!("{group}: waiting for {}", waiting(pending, 5)),
+        Event::Waiting { group, pending } => {
+            format!("{group}: waiting for {}", waiting(pending, 5))
+        }
         Event::Healthy { group, elapsed_ms } => {
             format!("{group}: healthy ({:.1}s)", *elapsed_ms as f64 / 1000.0)
         }
@@ -164,10 +166,8 @@ fn bars(mut rx: UnboundedReceiver<Event>) {
     .unwrap_or_else(|_| ProgressStyle::default_bar())
     .progress_chars("=> ")
     .tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏✓");
-    let done = ProgressStyle::with_template(
-        "{prefix:.green.bold} {msg}",
-    )
-    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    let done = ProgressStyle::with_template("{prefix:.green.bold} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
     let failed = ProgressStyle::with_template("{prefix:.red.bold} {msg}")
         .unwrap_or_else(|_| ProgressStyle::default_bar());
     let mut groups: HashMap<String, ProgressBar> = HashMap::new();
@@ -237,8 +237,10 @@ fn bars(mut rx: UnboundedReceiver<Event>) {
                 let bar = prune.get_or_insert_with(|| {
                     let bar = multi.add(ProgressBar::new_spinner());
                     bar.set_style(
-                        ProgressStyle::with_template("{spinner:.cyan} {prefix:<28.bold} {pos} {wide_msg}")
-                            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                        ProgressStyle::with_template(
+                            "{spinner:.cyan} {prefix:<28.bold} {pos} {wide_msg}",
+                        )
+                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
                     );
                     bar.set_prefix("prune");
                     bar.enable_steady_tick(Duration::from_millis(120));

@@ -82,6 +82,7 @@ pub fn plan_text(plan: &Plan, style: Style, show_unchanged: bool) -> String {
             .filter(|o| o.action == Action::Unchanged)
             .count();
         let _ = writeln!(out, "\npackage {} {}", package.name, package.version);
+        migrations_text(&mut out, plan, &package.name, style);
         for object in &package.objects {
             if object.action == Action::Unchanged && !show_unchanged {
                 continue;
@@ -108,7 +109,35 @@ pub fn plan_text(plan: &Plan, style: Style, show_unchanged: bool) -> String {
         "\n{} to create, {} to update, {} unchanged, {} to delete, {} to replace, {} to adopt, {} conflicts, {} kept",
         c.create, c.update, c.unchanged, c.delete, c.replace, c.adopt, c.conflict, c.keep
     );
+    if !plan.migrations.is_empty() {
+        let _ = writeln!(out, "{} migrations to run", plan.migrations.len());
+    }
     out
+}
+
+/// The migrations a package crosses, each with its actions in order; they
+/// run before the package's objects are applied.
+fn migrations_text(out: &mut String, plan: &Plan, package: &str, style: Style) {
+    let migrations: Vec<_> = plan.migrations.iter().filter(|m| m.package == package).collect();
+    let Some(first) = migrations.first() else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "  migrations (installed {} -> {}; need --accept-migrations)",
+        first.installed, first.version
+    );
+    for m in migrations {
+        let mut line = format!("    {} {}", style.paint("35", "migration"), m.label());
+        if !m.description.is_empty() {
+            let _ = write!(line, ": {}", m.description);
+        }
+        let _ = writeln!(out, "{line}");
+        for a in &m.actions {
+            let action = style.paint("31", &format!("{:<10}", a.action.to_string()));
+            let _ = writeln!(out, "      {action}{}", a.object);
+        }
+    }
 }
 
 fn object_text(out: &mut String, object: &PlannedObject, style: Style) {

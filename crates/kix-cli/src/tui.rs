@@ -183,7 +183,8 @@ impl Model {
                     g.state = GroupState::Applying;
                     g.started = Some(at);
                 }
-                self.log.push(format!("{group}: applying {objects} objects"));
+                self.log
+                    .push(format!("{group}: applying {objects} objects"));
             }
             Event::Applied { key, action } => {
                 if let Some(g) = self.current_group.and_then(|i| self.groups.get_mut(i)) {
@@ -319,7 +320,10 @@ impl Model {
         let header_text = vec![
             Line::from(vec![
                 Span::raw("Kix cluster "),
-                Span::styled(self.cluster.clone(), Style::new().add_modifier(Modifier::BOLD)),
+                Span::styled(
+                    self.cluster.clone(),
+                    Style::new().add_modifier(Modifier::BOLD),
+                ),
                 Span::raw(format!("  build {}", self.store_path)),
             ]),
             Line::from(format!(
@@ -330,7 +334,8 @@ impl Model {
             )),
         ];
         frame.render_widget(
-            Paragraph::new(header_text).block(Block::bordered().title(format!(" kix {} ", self.verb))),
+            Paragraph::new(header_text)
+                .block(Block::bordered().title(format!(" kix {} ", self.verb))),
             header,
         );
 
@@ -420,7 +425,12 @@ impl Model {
 
     /// The final progress and log as plain text, printed when the view closes.
     pub fn summary(&self, now: Duration) -> String {
-        let name_width = self.groups.iter().map(|g| g.name.chars().count()).max().unwrap_or(0);
+        let name_width = self
+            .groups
+            .iter()
+            .map(|g| g.name.chars().count())
+            .max()
+            .unwrap_or(0);
         let mut out = String::new();
         for g in &self.groups {
             let line = self.group_line(g, now, name_width);
@@ -493,7 +503,8 @@ fn run(mut model: Model, mut rx: UnboundedReceiver<Event>) -> io::Result<()> {
             && let event::Event::Key(key) = event::read()?
             && key.kind == KeyEventKind::Press
             && (key.code == KeyCode::Char('q')
-                || (key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL)))
+                || (key.code == KeyCode::Char('c')
+                    && key.modifiers.contains(KeyModifiers::CONTROL)))
         {
             drop(terminal);
             drop(guard);
@@ -519,7 +530,14 @@ mod tests {
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
 
-    fn object(package: &str, group: &str, kind: &str, ns: Option<&str>, name: &str, action: Action) -> PlannedObject {
+    fn object(
+        package: &str,
+        group: &str,
+        kind: &str,
+        ns: Option<&str>,
+        name: &str,
+        action: Action,
+    ) -> PlannedObject {
         PlannedObject {
             key: ObjectKey {
                 group: group.into(),
@@ -527,7 +545,11 @@ mod tests {
                 namespace: ns.map(Into::into),
                 name: name.into(),
             },
-            api_version: if group.is_empty() { "v1".into() } else { format!("{group}/v1") },
+            api_version: if group.is_empty() {
+                "v1".into()
+            } else {
+                format!("{group}/v1")
+            },
             package: package.into(),
             action,
             changes: vec![],
@@ -553,21 +575,56 @@ mod tests {
                     version: "15.2".into(),
                     objects: vec![
                         object("db", "", "Namespace", None, "data", Action::Unchanged),
-                        object("db", "", "ConfigMap", Some("data"), "db-config", Action::Update),
-                        object("db", "apps", "StatefulSet", Some("data"), "db", Action::Unchanged),
+                        object(
+                            "db",
+                            "",
+                            "ConfigMap",
+                            Some("data"),
+                            "db-config",
+                            Action::Update,
+                        ),
+                        object(
+                            "db",
+                            "apps",
+                            "StatefulSet",
+                            Some("data"),
+                            "db",
+                            Action::Unchanged,
+                        ),
                     ],
                 },
                 PackagePlan {
                     name: "web".into(),
                     version: "2.0.1".into(),
                     objects: vec![
-                        object("web", "", "ConfigMap", Some("web"), "web-config", Action::Create),
-                        object("web", "apps", "Deployment", Some("web"), "web", Action::Update),
+                        object(
+                            "web",
+                            "",
+                            "ConfigMap",
+                            Some("web"),
+                            "web-config",
+                            Action::Create,
+                        ),
+                        object(
+                            "web",
+                            "apps",
+                            "Deployment",
+                            Some("web"),
+                            "web",
+                            Action::Update,
+                        ),
                         object("web", "", "Service", Some("web"), "web", Action::Create),
                     ],
                 },
             ],
-            prune: vec![object("", "", "ConfigMap", Some("web"), "old", Action::Delete)],
+            prune: vec![object(
+                "",
+                "",
+                "ConfigMap",
+                Some("web"),
+                "old",
+                Action::Delete,
+            )],
             counts: Counts {
                 create: 2,
                 update: 2,
@@ -577,6 +634,7 @@ mod tests {
             },
             digest: "sha256:x".into(),
             kinds: vec![],
+            migrations: vec![],
             desired: vec![],
         }
     }
@@ -603,15 +661,68 @@ mod tests {
     fn in_the_middle_of_a_deploy() {
         let mut model = Model::from_plan(&plan(), "deploy");
         let events = [
-            (0.1, Event::Recorded { activation: "prod-7".into() }),
-            (0.2, Event::GroupStarted { group: "package db".into(), objects: 1 }),
-            (0.3, Event::Applied { key: "ConfigMap data/db-config".into(), action: Action::Update }),
-            (0.4, Event::Healthy { group: "package db".into(), elapsed_ms: 200 }),
-            (0.5, Event::GroupStarted { group: "package web".into(), objects: 3 }),
-            (0.6, Event::Applied { key: "ConfigMap web/web-config".into(), action: Action::Create }),
-            (0.7, Event::Applied { key: "Service web/web".into(), action: Action::Create }),
-            (0.8, Event::Applied { key: "Deployment.apps web/web".into(), action: Action::Update }),
-            (0.9, Event::Waiting { group: "package web".into(), pending: vec!["Deployment web/web".into()] }),
+            (
+                0.1,
+                Event::Recorded {
+                    activation: "prod-7".into(),
+                },
+            ),
+            (
+                0.2,
+                Event::GroupStarted {
+                    group: "package db".into(),
+                    objects: 1,
+                },
+            ),
+            (
+                0.3,
+                Event::Applied {
+                    key: "ConfigMap data/db-config".into(),
+                    action: Action::Update,
+                },
+            ),
+            (
+                0.4,
+                Event::Healthy {
+                    group: "package db".into(),
+                    elapsed_ms: 200,
+                },
+            ),
+            (
+                0.5,
+                Event::GroupStarted {
+                    group: "package web".into(),
+                    objects: 3,
+                },
+            ),
+            (
+                0.6,
+                Event::Applied {
+                    key: "ConfigMap web/web-config".into(),
+                    action: Action::Create,
+                },
+            ),
+            (
+                0.7,
+                Event::Applied {
+                    key: "Service web/web".into(),
+                    action: Action::Create,
+                },
+            ),
+            (
+                0.8,
+                Event::Applied {
+                    key: "Deployment.apps web/web".into(),
+                    action: Action::Update,
+                },
+            ),
+            (
+                0.9,
+                Event::Waiting {
+                    group: "package web".into(),
+                    pending: vec!["Deployment web/web".into()],
+                },
+            ),
         ];
         for (at, event) in &events {
             model.apply(event, secs(*at));
@@ -623,12 +734,48 @@ mod tests {
     fn a_failed_package_and_the_summary() {
         let mut model = Model::from_plan(&plan(), "rollback");
         let events = [
-            (0.1, Event::Recorded { activation: "prod-7".into() }),
-            (0.2, Event::GroupStarted { group: "package db".into(), objects: 1 }),
-            (0.3, Event::ApplyFailed { key: "ConfigMap data/db-config".into(), error: "forbidden".into() }),
-            (5.0, Event::Unhealthy { group: "package db".into(), reasons: vec!["ConfigMap data/db-config failed".into()] }),
-            (5.0, Event::Skipped { group: "package web".into(), reason: "package db is not healthy".into() }),
-            (5.1, Event::Finished { activation: "prod-7".into(), phase: Phase::Failed, message: "package db: ConfigMap data/db-config: forbidden".into() }),
+            (
+                0.1,
+                Event::Recorded {
+                    activation: "prod-7".into(),
+                },
+            ),
+            (
+                0.2,
+                Event::GroupStarted {
+                    group: "package db".into(),
+                    objects: 1,
+                },
+            ),
+            (
+                0.3,
+                Event::ApplyFailed {
+                    key: "ConfigMap data/db-config".into(),
+                    error: "forbidden".into(),
+                },
+            ),
+            (
+                5.0,
+                Event::Unhealthy {
+                    group: "package db".into(),
+                    reasons: vec!["ConfigMap data/db-config failed".into()],
+                },
+            ),
+            (
+                5.0,
+                Event::Skipped {
+                    group: "package web".into(),
+                    reason: "package db is not healthy".into(),
+                },
+            ),
+            (
+                5.1,
+                Event::Finished {
+                    activation: "prod-7".into(),
+                    phase: Phase::Failed,
+                    message: "package db: ConfigMap data/db-config: forbidden".into(),
+                },
+            ),
         ];
         for (at, event) in &events {
             model.apply(event, secs(*at));
@@ -642,7 +789,9 @@ mod tests {
         let model = Model::from_plan(&plan(), "deploy");
         for (w, h) in [(20, 5), (1, 1), (80, 10)] {
             let mut terminal = Terminal::new(TestBackend::new(w, h)).expect("terminal");
-            terminal.draw(|frame| model.render(frame, secs(1.0))).expect("draw");
+            terminal
+                .draw(|frame| model.render(frame, secs(1.0)))
+                .expect("draw");
         }
     }
 }

@@ -14,11 +14,20 @@ async fn history_lists_activations_newest_first_with_rollback_origin() {
     kix.kix(&["rollback", kix.cluster(), "--yes"]).ok();
     let records = kix.records().await;
 
-    let history = kix.kix(&["history", kix.cluster(), "-o", "json"]).ok().json();
+    let history = kix
+        .kix(&["history", kix.cluster(), "-o", "json"])
+        .ok()
+        .json();
     let rows = history.as_array().expect("array");
-    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap_or_default()).collect();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["name"].as_str().unwrap_or_default())
+        .collect();
     assert_eq!(names, [kix.name(3), kix.name(2), kix.name(1)]);
-    let phases: Vec<&str> = rows.iter().map(|r| r["phase"].as_str().unwrap_or_default()).collect();
+    let phases: Vec<&str> = rows
+        .iter()
+        .map(|r| r["phase"].as_str().unwrap_or_default())
+        .collect();
     assert_eq!(phases, ["Active", "Superseded", "Superseded"]);
     assert_eq!(rows[0]["current"], true);
     assert_eq!(rows[1]["current"], false);
@@ -30,12 +39,24 @@ async fn history_lists_activations_newest_first_with_rollback_origin() {
     let text = kix.kix(&["history", kix.cluster()]).ok().stdout;
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].starts_with("  ACTIVATION"), "{text}");
-    assert!(lines[1].starts_with(&format!("* {}", kix.name(3))), "{text}");
-    assert!(lines[1].contains(&format!("rollback from {}", kix.name(2))), "{text}");
+    assert!(
+        lines[1].starts_with(&format!("* {}", kix.name(3))),
+        "{text}"
+    );
+    assert!(
+        lines[1].contains(&format!("rollback from {}", kix.name(2))),
+        "{text}"
+    );
     assert!(lines[1].contains(&path_of(&records[0])), "{text}");
-    assert!(lines[3].contains("Superseded") && lines[3].contains("+1 ~0 -0"), "{text}");
+    assert!(
+        lines[3].contains("Superseded") && lines[3].contains("+1 ~0 -0"),
+        "{text}"
+    );
 
-    let limited = kix.kix(&["history", kix.cluster(), "-n", "1", "-o", "json"]).ok().json();
+    let limited = kix
+        .kix(&["history", kix.cluster(), "-n", "1", "-o", "json"])
+        .ok()
+        .json();
     assert_eq!(limited.as_array().map(Vec::len), Some(1));
 }
 
@@ -44,5 +65,10 @@ async fn history_of_an_unknown_cluster_is_empty() {
     let kix = Kix::new("history-none").await;
     let run = kix.kix(&["history", kix.cluster()]).ok();
     assert!(run.stdout.contains("has no activations"), "{}", run.stdout);
-    assert_eq!(kix.kix(&["history", kix.cluster(), "-o", "json"]).ok().json(), serde_json::json!([]));
+    assert_eq!(
+        kix.kix(&["history", kix.cluster(), "-o", "json"])
+            .ok()
+            .json(),
+        serde_json::json!([])
+    );
 }

@@ -12,8 +12,16 @@ use kix_api::Phase;
 #[tokio::test]
 async fn rollback_reapplies_the_previous_build_and_records_its_origin() {
     let kix = Kix::new("rollback").await;
-    let v1 = kix.tree("v1", &(configmap("app", "1") + &configmap("only-v1", "x")), serde_json::json!({}));
-    let v2 = kix.tree("v2", &(configmap("app", "2") + &configmap("only-v2", "x")), serde_json::json!({}));
+    let v1 = kix.tree(
+        "v1",
+        &(configmap("app", "1") + &configmap("only-v1", "x")),
+        serde_json::json!({}),
+    );
+    let v2 = kix.tree(
+        "v2",
+        &(configmap("app", "2") + &configmap("only-v2", "x")),
+        serde_json::json!({}),
+    );
     kix.deploy(&v1, &[]).ok();
     kix.deploy(&v2, &[]).ok();
 
@@ -28,7 +36,10 @@ async fn rollback_reapplies_the_previous_build_and_records_its_origin() {
     let records = kix.records().await;
     assert_eq!(records.len(), 3);
     let (first, second, third) = (&records[0], &records[1], &records[2]);
-    assert_eq!(third.spec.receipt.rollback_from.as_deref(), Some(kix.name(2).as_str()));
+    assert_eq!(
+        third.spec.receipt.rollback_from.as_deref(),
+        Some(kix.name(2).as_str())
+    );
     assert_eq!(path_of(third), path_of(first));
     assert_eq!(third.phase(), Some(Phase::Active));
     assert_eq!(second.phase(), Some(Phase::Superseded));
@@ -38,13 +49,26 @@ async fn rollback_reapplies_the_previous_build_and_records_its_origin() {
     assert!(kix.configmap("only-v2").is_none(), "pruned on rollback");
 
     // --to the record of the same build as the current one: nothing to do.
-    kix.kix(&["rollback", kix.cluster(), "--to", &kix.name(1), "--yes"]).ok();
+    kix.kix(&["rollback", kix.cluster(), "--to", &kix.name(1), "--yes"])
+        .ok();
     assert_eq!(kix.records().await.len(), 3);
     // --to the current one, or one that does not exist: refused.
-    let run = kix.kix(&["rollback", kix.cluster(), "--to", &kix.name(3), "--yes"]).code(1);
-    assert!(run.stderr.contains("is the current activation"), "{}", run.stderr);
-    let run = kix.kix(&["rollback", kix.cluster(), "--to", "nope-1", "--yes"]).code(1);
-    assert!(run.stderr.contains("has no activation \"nope-1\""), "{}", run.stderr);
+    let run = kix
+        .kix(&["rollback", kix.cluster(), "--to", &kix.name(3), "--yes"])
+        .code(1);
+    assert!(
+        run.stderr.contains("is the current activation"),
+        "{}",
+        run.stderr
+    );
+    let run = kix
+        .kix(&["rollback", kix.cluster(), "--to", "nope-1", "--yes"])
+        .code(1);
+    assert!(
+        run.stderr.contains("has no activation \"nope-1\""),
+        "{}",
+        run.stderr
+    );
     // Without a terminal and without --yes: refused before any change.
     let run = kix.kix(&["rollback", kix.cluster()]).code(1);
     assert!(run.stderr.contains("confirmation needed"), "{}", run.stderr);
@@ -63,11 +87,18 @@ async fn rollback_refuses_a_garbage_collected_build_before_any_change() {
     // The root of activation 1 is what keeps its build.
     assert!(!nix_delete(&path1), "{path1} is rooted");
     std::fs::remove_file(kix.roots.join(kix.cluster()).join(kix.name(1))).expect("remove the root");
-    assert!(nix_delete(&path1), "{path1} is collectable once its root is gone");
+    assert!(
+        nix_delete(&path1),
+        "{path1} is collectable once its root is gone"
+    );
 
     let run = kix.kix(&["rollback", kix.cluster(), "--yes"]).code(1);
     assert!(run.stderr.contains(&path1), "{}", run.stderr);
-    assert!(run.stderr.contains("no longer in the Nix store"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("no longer in the Nix store"),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("hint: "), "{}", run.stderr);
     let after = kix.records().await;
     assert_eq!(after.len(), 2, "no record written");
@@ -86,9 +117,15 @@ async fn tui_under_tmux_and_an_unhealthy_rollback_exits_1() {
     let kix = Kix::new("rollback-tui").await;
     // Build 1 never becomes healthy: deployed with --on-error continue it is
     // Degraded, then superseded by build 2.
-    let v1 = kix.tree("v1", &(configmap("app", "1") + &deployment("stuck", false)), serde_json::json!({}));
+    let v1 = kix.tree(
+        "v1",
+        &(configmap("app", "1") + &deployment("stuck", false)),
+        serde_json::json!({}),
+    );
     let v2 = kix.tree("v2", &configmap("app", "2"), serde_json::json!({}));
-    let run = kix.deploy(&v1, &["--on-error", "continue", "--timeout", "2s"]).code(1);
+    let run = kix
+        .deploy(&v1, &["--on-error", "continue", "--timeout", "2s"])
+        .code(1);
     assert!(run.stdout.contains("Degraded"), "{}", run.stdout);
     kix.deploy(&v2, &[]).ok();
 
@@ -103,7 +140,17 @@ async fn tui_under_tmux_and_an_unhealthy_rollback_exits_1() {
         done.display()
     );
     let status = Command::new("tmux")
-        .args(["new-session", "-d", "-s", &session, "-x", "120", "-y", "40", &script])
+        .args([
+            "new-session",
+            "-d",
+            "-s",
+            &session,
+            "-x",
+            "120",
+            "-y",
+            "40",
+            &script,
+        ])
         .status()
         .expect("tmux runs");
     assert!(status.success());
@@ -125,9 +172,19 @@ async fn tui_under_tmux_and_an_unhealthy_rollback_exits_1() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let kill = || {
-        let _ = Command::new("tmux").args(["kill-session", "-t", &session]).status();
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &session])
+            .status();
     };
-    for expected in [" kix rollback ", " Plan ", " Progress ", " Log ", "package web", "waiting for Deployment", "recorded activation"] {
+    for expected in [
+        " kix rollback ",
+        " Plan ",
+        " Progress ",
+        " Log ",
+        "package web",
+        "waiting for Deployment",
+        "recorded activation",
+    ] {
         if !screen.contains(expected) {
             kill();
             panic!("{expected:?} not on the screen:\n{screen}");
@@ -144,8 +201,14 @@ async fn tui_under_tmux_and_an_unhealthy_rollback_exits_1() {
     let code = std::fs::read_to_string(&done).unwrap_or_default();
     assert_eq!(code.trim(), "1", "exit code; screen:\n{screen}");
     assert!(screen.contains("✗ package web"), "{screen}");
-    assert!(screen.contains(&format!("{}: Failed", kix.name(3))), "{screen}");
+    assert!(
+        screen.contains(&format!("{}: Failed", kix.name(3))),
+        "{screen}"
+    );
     let records = kix.records().await;
     assert_eq!(records[2].phase(), Some(Phase::Failed));
-    assert_eq!(records[2].spec.receipt.rollback_from.as_deref(), Some(kix.name(2).as_str()));
+    assert_eq!(
+        records[2].spec.receipt.rollback_from.as_deref(),
+        Some(kix.name(2).as_str())
+    );
 }

@@ -20,12 +20,19 @@ fn object<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Valu
 async fn status_shows_health_missing_drifted_and_extra_objects() {
     let kix = Kix::new("status").await;
     let objects = configmap("alpha", "1") + &configmap("beta", "1") + &deployment("web", true);
-    let v1 = kix.tree("v1", &(objects.clone() + &configmap("gamma", "1")), serde_json::json!({}));
+    let v1 = kix.tree(
+        "v1",
+        &(objects.clone() + &configmap("gamma", "1")),
+        serde_json::json!({}),
+    );
     let v2 = kix.tree("v2", &objects, serde_json::json!({}));
     kix.deploy(&v1, &[]).ok();
     kix.deploy(&v2, &["--prune=false"]).ok();
 
-    let status = kix.kix(&["status", kix.cluster(), "-o", "json"]).ok().json();
+    let status = kix
+        .kix(&["status", kix.cluster(), "-o", "json"])
+        .ok()
+        .json();
     assert_eq!(status["current"]["name"], kix.name(2));
     assert_eq!(status["current"]["phase"], "Active");
     assert_eq!(status["build"]["state"], "read");
@@ -36,11 +43,29 @@ async fn status_shows_health_missing_drifted_and_extra_objects() {
 
     // Someone deletes one object and edits another.
     kix.kubectl(&["delete", "configmap", "-n", kix.ns(), "beta"]);
-    kix.kubectl(&["patch", "configmap", "-n", kix.ns(), "alpha", "--type=merge", "-p", r#"{"data":{"v":"edited"}}"#]);
-    let status = kix.kix(&["status", kix.cluster(), "-o", "json"]).ok().json();
+    kix.kubectl(&[
+        "patch",
+        "configmap",
+        "-n",
+        kix.ns(),
+        "alpha",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"v":"edited"}}"#,
+    ]);
+    let status = kix
+        .kix(&["status", kix.cluster(), "-o", "json"])
+        .ok()
+        .json();
     assert_eq!(object(&status, "beta")["health"], "Missing");
     assert_eq!(object(&status, "alpha")["health"], "Drifted");
-    assert!(object(&status, "alpha")["reason"].as_str().unwrap_or_default().contains("data.v"), "{status:#}");
+    assert!(
+        object(&status, "alpha")["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("data.v"),
+        "{status:#}"
+    );
     assert_eq!(status["counts"]["Missing"], 1);
     assert_eq!(status["counts"]["Drifted"], 1);
 
@@ -60,20 +85,33 @@ async fn status_shows_health_missing_drifted_and_extra_objects() {
         "objects: 2 Ready, 0 Progressing, 0 Degraded, 1 Missing, 1 Drifted".to_string(),
         "package web 1 (2/4 Ready)".to_string(),
         format!("Missing     ConfigMap {}/beta", kix.ns()),
-        format!("Drifted     ConfigMap {}/alpha: changed since kix applied it: data.v", kix.ns()),
-        format!("Ready       ConfigMap {}/gamma (not in the build)", kix.ns()),
+        format!(
+            "Drifted     ConfigMap {}/alpha: changed since kix applied it: data.v",
+            kix.ns()
+        ),
+        format!(
+            "Ready       ConfigMap {}/gamma (not in the build)",
+            kix.ns()
+        ),
         "package instances:".to_string(),
         format!("{}.web", kix.cluster()),
     ] {
         assert!(text.contains(&expected), "{expected:?} not in:\n{text}");
     }
-    let _ = kix.kubectl(&["delete", "packageinstances.kix.run", &format!("{}.web", kix.cluster())]);
+    let _ = kix.kubectl(&[
+        "delete",
+        "packageinstances.kix.run",
+        &format!("{}.web", kix.cluster()),
+    ]);
 
     // The current build is gone from the store: live objects only.
     let path = path_of(&kix.records().await[1]);
     std::fs::remove_file(kix.roots.join(kix.cluster()).join(kix.name(2))).expect("root");
     assert!(nix_delete(&path));
-    let status = kix.kix(&["status", kix.cluster(), "-o", "json"]).ok().json();
+    let status = kix
+        .kix(&["status", kix.cluster(), "-o", "json"])
+        .ok()
+        .json();
     assert_eq!(status["build"]["state"], "unreadable");
     assert_eq!(status["counts"]["Missing"], 0);
     assert_eq!(object(&status, "alpha")["health"], "Ready");
@@ -85,5 +123,9 @@ async fn status_shows_health_missing_drifted_and_extra_objects() {
 async fn status_of_a_cluster_without_activations() {
     let kix = Kix::new("status-none").await;
     let run = kix.kix(&["status", kix.cluster()]).ok();
-    assert!(run.stdout.contains("current activation: none"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("current activation: none"),
+        "{}",
+        run.stdout
+    );
 }

@@ -420,6 +420,7 @@ async fn run(
         ..Default::default()
     });
     let record = records::set_status(client, &name, &status).await?;
+    let mut packages = crate::packages::PackageRecords::start(client, plan, build, &name).await?;
 
     let started = Instant::now();
     let deadline = started + options.timeout;
@@ -479,10 +480,22 @@ async fn run(
             continue;
         }
         lease.check().map_err(EngineError::Lease)?;
-        let ok = apply_group(
-            client, group, objects, &planned, options, deadline, &mut state,
-        )
-        .await;
+        // The package's record, then its crossed migrations, then its objects.
+        packages.begin(plan, group).await?;
+        let mark = (state.failed, state.healthy, state.messages.len());
+        let migrated = crate::migrations::run_group(client, plan, group, deadline).await;
+        if let Err(failure) = &migrated {
+            state.failed += 1;
+            state.messages.push(format!("{group}: {failure}"));
+            emit(options, Event::ApplyFailed { key: failure.key.clone(), error: failure.error.clone() });
+        }
+        let ok = migrated.is_ok()
+            && apply_group(
+                client, group, objects, &planned, options, deadline, &mut state,
+            )
+            .await;
+        let result = crate::packages::GroupResult { ok, failed: state.failed - mark.0, healthy: state.healthy - mark.1 };
+        packages.finish(plan, group, result, &state.messages[mark.2..]).await?;
         if !ok {
             failed_groups.insert(group.clone());
             if options.on_error != OnError::Continue {
@@ -499,7 +512,9 @@ async fn run(
 
     let healthy = failed_groups.is_empty();
     if healthy && options.prune {
+        packages.removing(build).await?;
         prune(client, plan, options, &name, &mut status, &mut state).await?;
+        packages.removed(&status.failed_deletions).await?;
     }
 
     let phase = if aborted {
@@ -519,6 +534,7 @@ async fn run(
     } else {
         state.messages.join("; ")
     };
+    packages.settle(&format!("{name} ended {phase} before reaching the package")).await?;
     status.phase = Some(phase);
     status.message = Some(message.clone());
     status.pending_prune.clear();

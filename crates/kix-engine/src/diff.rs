@@ -102,10 +102,104 @@ fn walk(path: &str, old: &Value, new: &Value, out: &mut Vec<FieldChange>) {
 
 /// Whether every field `desired` sets has the same value in `live` (lists
 /// compared element by element). What `--reconcile` calls drift.
+///
+/// What the apiserver normalises is not drift: a Secret's `stringData` (stored
+/// base64-encoded in `data`), resource quantities (`0.5` and `500m`), and an
+/// empty list or map the server omits.
 pub fn drifted_fields(desired: &Value, live: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    subset("", desired, live, &mut out);
+    let is_secret = desired["kind"] == "Secret" && desired["apiVersion"] == "v1";
+    if is_secret && desired["stringData"].is_object() {
+        subset("", &secret_string_data_as_data(desired), live, &mut out);
+    } else {
+        subset("", desired, live, &mut out);
+    }
     out
+}
+
+/// A Secret manifest with `stringData` merged into `data` (base64), as the
+/// apiserver stores it.
+fn secret_string_data_as_data(secret: &Value) -> Value {
+    let mut secret = secret.clone();
+    let string_data = secret
+        .as_object_mut()
+        .and_then(|o| o.remove("stringData"))
+        .unwrap_or_default();
+    if !secret["data"].is_object() {
+        secret["data"] = Value::Object(Default::default());
+    }
+    for (key, value) in string_data.as_object().into_iter().flatten() {
+        let bytes = value.as_str().unwrap_or_default().as_bytes().to_vec();
+        secret["data"][key] =
+            serde_json::to_value(k8s_openapi::ByteString(bytes)).unwrap_or_default();
+    }
+    secret
+}
+
+/// Path segments under which values are resource quantities.
+const QUANTITY_FIELDS: [&str; 7] = [
+    "requests",
+    "limits",
+    "capacity",
+    "hard",
+    "sizeLimit",
+    "overhead",
+    "allocatable",
+];
+
+fn is_quantity_path(path: &str) -> bool {
+    path.split(['.', '['])
+        .any(|segment| QUANTITY_FIELDS.contains(&segment))
+}
+
+/// The value of a Kubernetes quantity (`500m`, `1Gi`, `1e3`, `2`, `0.5`).
+fn quantity(value: &Value) -> Option<f64> {
+    let text = match value {
+        Value::Number(n) => return n.as_f64(),
+        Value::String(s) => s.trim(),
+        _ => return None,
+    };
+    if !text.starts_with(|c: char| c.is_ascii_digit() || matches!(c, '+' | '-' | '.')) {
+        return None;
+    }
+    const BINARY: [(&str, i32); 6] = [
+        ("Ki", 1),
+        ("Mi", 2),
+        ("Gi", 3),
+        ("Ti", 4),
+        ("Pi", 5),
+        ("Ei", 6),
+    ];
+    for (suffix, power) in BINARY {
+        if let Some(number) = text.strip_suffix(suffix) {
+            return number.parse::<f64>().ok().map(|n| n * 1024f64.powi(power));
+        }
+    }
+    // Plain numbers and decimal exponents (`1e3`).
+    if let Ok(n) = text.parse::<f64>() {
+        return Some(n);
+    }
+    let (number, suffix) = text.split_at(text.len() - 1);
+    let exponent = match suffix {
+        "n" => -9,
+        "u" => -6,
+        "m" => -3,
+        "k" => 3,
+        "M" => 6,
+        "G" => 9,
+        "T" => 12,
+        "P" => 15,
+        "E" => 18,
+        _ => return None,
+    };
+    number.parse::<f64>().ok().map(|n| n * 10f64.powi(exponent))
+}
+
+fn same_quantity(desired: &Value, live: &Value) -> bool {
+    match (quantity(desired), quantity(live)) {
+        (Some(a), Some(b)) => (a - b).abs() <= f64::EPSILON * a.abs().max(b.abs()).max(1.0),
+        _ => false,
+    }
 }
 
 fn subset(path: &str, desired: &Value, live: &Value, out: &mut Vec<String>) {
@@ -119,6 +213,9 @@ fn subset(path: &str, desired: &Value, live: &Value, out: &mut Vec<String>) {
                 match l.get(key) {
                     Some(lv) => subset(&p, dv, lv, out),
                     None if dv.is_null() => {}
+                    // The server omits empty lists and maps.
+                    None if dv.as_array().is_some_and(Vec::is_empty)
+                        || dv.as_object().is_some_and(|o| o.is_empty()) => {}
                     None => out.push(p),
                 }
             }
@@ -129,6 +226,7 @@ fn subset(path: &str, desired: &Value, live: &Value, out: &mut Vec<String>) {
             }
         }
         (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => {}
+        _ if desired != live && is_quantity_path(path) && same_quantity(desired, live) => {}
         _ if desired != live => out.push(path.to_string()),
         _ => {}
     }
@@ -160,6 +258,39 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(REDACTED));
+    }
+
+    #[test]
+    fn normalised_values_are_not_drift() {
+        let desired = json!({"apiVersion": "v1", "kind": "Secret",
+            "stringData": {"password": "s3cret"}, "data": {"raw": "cmF3"},
+            "spec": {"resources": {"requests": {"cpu": 0.5, "memory": "1Gi"},
+                                   "limits": {"cpu": "1000m", "storage": "1e3"}},
+                     "env": [], "extra": {}}});
+        let live = json!({"apiVersion": "v1", "kind": "Secret",
+            "data": {"password": "czNjcmV0", "raw": "cmF3"},
+            "spec": {"resources": {"requests": {"cpu": "500m", "memory": "1073741824"},
+                                   "limits": {"cpu": "1", "storage": "1k"}}}});
+        assert!(
+            drifted_fields(&desired, &live).is_empty(),
+            "{:?}",
+            drifted_fields(&desired, &live)
+        );
+        let live = json!({"apiVersion": "v1", "kind": "Secret",
+            "data": {"password": "b3RoZXI=", "raw": "cmF3"},
+            "spec": {"resources": {"requests": {"cpu": "600m", "memory": "1Gi"},
+                                   "limits": {"cpu": "1", "storage": "1k"}}}});
+        let mut drifted = drifted_fields(&desired, &live);
+        drifted.sort();
+        assert_eq!(drifted, ["data.password", "spec.resources.requests.cpu"]);
+        // Outside quantity fields, equal-valued strings still differ.
+        assert_eq!(
+            drifted_fields(
+                &json!({"data": {"n": "1k"}}),
+                &json!({"data": {"n": "1000"}})
+            ),
+            ["data.n"]
+        );
     }
 
     #[test]

@@ -18,6 +18,8 @@ pub mod gc;
 pub mod health;
 pub mod lease;
 pub mod live;
+pub mod migrations;
+pub mod packages;
 pub mod plan;
 pub mod records;
 pub mod resources;

@@ -118,6 +118,9 @@ pub struct Plan {
     /// Kinds (apiVersion/Kind) of the build, recorded in the Activation so a
     /// later prune knows which kinds to list.
     pub kinds: Vec<String>,
+    /// The package migrations this deploy crosses, in the order they run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub migrations: Vec<crate::migrations::PlannedMigration>,
     #[serde(skip)]
     pub desired: Vec<Desired>,
 }
@@ -126,6 +129,7 @@ impl Plan {
     /// Whether executing the plan changes anything in the cluster.
     pub fn has_changes(&self) -> bool {
         self.kix_crds != CrdState::Current
+            || !self.migrations.is_empty()
             || self
                 .objects()
                 .any(|o| o.action.writes() && o.action != Action::Keep)
@@ -142,20 +146,25 @@ impl Plan {
             .chain(&self.prune)
     }
 
-    /// What `--accept-migrations` must accept: replaces, adoptions and
-    /// destructive deletions.
+    /// What `--accept-migrations` must accept: migrations, replaces,
+    /// adoptions and destructive deletions.
     pub fn needs_acceptance(&self) -> Vec<String> {
-        self.objects()
+        let migrations = crate::migrations::acceptance(&self.migrations);
+        let objects = self
+            .objects()
             .filter(|o| {
                 matches!(o.action, Action::Replace | Action::Adopt)
                     || (o.action == Action::Delete && o.destructive)
             })
             .map(|o| match o.action {
+                Action::Replace if o.fields.is_empty() => {
+                    format!("replace {} ({})", o.key, o.note.as_deref().unwrap_or("recreate"))
+                }
                 Action::Replace => format!("replace {} ({})", o.key, o.fields.join(", ")),
                 Action::Adopt => format!("adopt {}", o.key),
                 _ => format!("delete {} (destructive)", o.key),
-            })
-            .collect()
+            });
+        migrations.into_iter().chain(objects).collect()
     }
 
     pub fn conflicts(&self) -> Vec<String> {
@@ -388,6 +397,10 @@ pub async fn plan(
             p.objects.push(planned);
         }
     }
+    // Migrations crossed from the installed versions (PackageInstance records);
+    // objects a migration recreates become replaces.
+    let migrations = crate::migrations::crossed(build, &records::package_instances(client, &cluster).await?);
+    crate::migrations::mark_objects(&mut packages, &migrations, &activation, |a| belongs_to(a, &cluster, &clusters));
 
     let desired_keys: BTreeSet<&ObjectKey> = desired.iter().map(|d| &d.key).collect();
     let mut prune = Vec::new();
@@ -448,8 +461,14 @@ pub async fn plan(
             Action::Keep => counts.keep += 1,
         }
     }
-    let digest =
-        canonical_digest(&serde_json::to_value((&packages, &prune)).unwrap_or(Value::Null));
+    let digest = canonical_digest(
+        &if migrations.is_empty() {
+            serde_json::to_value((&packages, &prune))
+        } else {
+            serde_json::to_value((&packages, &prune, &migrations))
+        }
+        .unwrap_or(Value::Null),
+    );
     Ok(Plan {
         cluster,
         store_path: store_path.to_string(),
@@ -463,6 +482,7 @@ pub async fn plan(
         counts,
         digest,
         kinds,
+        migrations,
         desired,
     })
 }
@@ -573,15 +593,16 @@ async fn dry_run(
             }
             Ok(planned)
         }
-        Err(kube::Error::Api(status))
-            if status.code == 422 && status.message.contains("immutable")
-                || status.message.contains("Forbidden: updates to") =>
-        {
+        Err(kube::Error::Api(status)) if crate::migrations::is_immutable(&status) => {
+            // Name the fields: the server's paths, refined against the live object.
+            let live = match full_live {
+                Some(v) => Some(v.clone()),
+                None => api.get_opt(&d.key.name).await.ok().flatten().and_then(|o| serde_json::to_value(o).ok()),
+            };
+            let (fields, reasons) = crate::migrations::immutable_fields(&status, &d.manifest, live.as_ref());
             planned.action = Action::Replace;
-            planned.fields = status_causes(&status);
-            if planned.fields.is_empty() {
-                planned.fields.push(status.message.clone());
-            }
+            planned.fields = fields;
+            planned.note = Some(format!("cannot change in place: {}", reasons.join("; ")));
             Ok(planned)
         }
         // A read-only account may plan: the change is shown without the

@@ -157,3 +157,58 @@ async fn redeploying_a_failed_build_waits_again_and_fails_again() {
     );
     kit.cleanup().await;
 }
+
+#[tokio::test]
+async fn rollback_after_an_interrupted_deploy_restores_the_last_good_build() {
+    let kit = Kit::new("fail-rollback-stale").await;
+    let good = kit.simple(&[configmap("cfg", &[("version", "good")])]);
+    let good_name = kit.deploy(&good).await.activation.expect("good");
+
+    // A deploy of another build was killed: its record stays Applying.
+    let killed = kit.simple(&[configmap("cfg", &[("version", "killed")])]);
+    let spec = kix_api::ActivationSpec {
+        cluster: kit.cluster().to_string(),
+        source: kix_api::Source {
+            path: killed.path.clone(),
+            flake: None,
+            revision: None,
+        },
+        receipt: kix_api::Receipt {
+            user: "killed".into(),
+            host: "nowhere".into(),
+            kix_version: "0".into(),
+            time: chrono::Utc::now(),
+            plan_digest: String::new(),
+            counts: Default::default(),
+            accepted_migrations: vec![],
+            rollback_from: None,
+        },
+        engine: kix_api::Engine::Local,
+    };
+    let stale = kix_engine::records::create(&kit.client, 2, spec, vec!["v1/ConfigMap".into()])
+        .await
+        .expect("record");
+    kix_engine::records::set_phase(&kit.client, &stale, Phase::Applying, None)
+        .await
+        .expect("applying");
+
+    let bad = kit.simple(&[
+        configmap("cfg", &[("version", "bad")]),
+        deployment("stuck", false),
+    ]);
+    let mut options = kit.options();
+    options.timeout = Duration::from_secs(3);
+    options.on_error = OnError::Rollback;
+    let outcome = kit.try_deploy(&bad, &options).await.expect("deploy runs");
+    assert_eq!(outcome.phase, Phase::Failed, "{outcome:?}");
+    assert_eq!(
+        outcome.rolled_back_to.as_deref(),
+        Some(good_name.as_str()),
+        "the last build that was applied, not the interrupted one: {outcome:?}"
+    );
+    assert_eq!(kit.cm_value("cfg", "version").await.as_deref(), Some("good"));
+    let last = kit.records().await.pop().expect("record");
+    assert_eq!(last.spec.source.path, good.path);
+    assert_eq!(last.phase(), Some(Phase::Active));
+    kit.cleanup().await;
+}

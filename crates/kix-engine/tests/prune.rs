@@ -487,3 +487,37 @@ async fn two_kix_clusters_share_a_namespace() {
     cleanup_cluster(&kit.env.client, &cluster_b).await;
     kit.cleanup().await;
 }
+
+#[tokio::test]
+async fn deletions_run_in_reverse_apply_order() {
+    let kit = Kit::new("prune-order").await;
+    let sa = yaml(&json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "runner"}}));
+    let svc = yaml(&json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}));
+    kit.deploy(&kit.build(&[
+        Pkg::new("base", &[sa, configmap("cfg", &[("k", "v")])]),
+        Pkg::new("app", &[deployment("web", true), svc]).depends_on(&["base"]),
+    ]))
+    .await;
+    let mut options = kit.options();
+    options.allow_empty = true;
+    let mark = audit::mark().expect("mark");
+    let outcome = kit.deploy_opts(&kit.build(&[]), &options).await;
+    assert_eq!(outcome.pruned, 4, "{outcome:?}");
+    let deletes: Vec<String> = kit
+        .writes(mark)
+        .into_iter()
+        .filter(|r| r.verb == "delete")
+        .map(|r| r.resource)
+        .collect();
+    let at = |resource: &str| {
+        deletes
+            .iter()
+            .position(|r| r == resource)
+            .unwrap_or_else(|| panic!("{resource} not deleted: {deletes:?}"))
+    };
+    assert!(at("deployments") < at("services"), "{deletes:?}");
+    assert!(at("services") < at("configmaps"), "{deletes:?}");
+    assert!(at("services") < at("serviceaccounts"), "{deletes:?}");
+    kit.cleanup().await;
+}

@@ -78,6 +78,11 @@ async fn records_are_numbered_phased_and_carry_a_receipt() {
         "{status:?}"
     );
 
+    // kix's own CRDs are installed and current: the plan has nothing to do.
+    let plan = kit.plan(&first, &Default::default()).await;
+    assert_eq!(plan.kix_crds, kix_engine::records::CrdState::Current);
+    assert!(!plan.has_changes(), "{plan:#?}");
+
     let second = kit.simple(&[configmap("one", &[("k", "1b")])]);
     let outcome = kit.deploy(&second).await;
     assert_eq!(

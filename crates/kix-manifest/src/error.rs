@@ -169,6 +169,15 @@ pub enum TreeError {
         action: ActionKind,
         object: Box<ObjectRef>,
     },
+    /// A migration whose `from` is not a version or version range, or whose
+    /// `to` is not a version.
+    #[error("packages/{package}/package.json: migration {from:?} -> {to:?}: {reason}")]
+    InvalidMigrationVersion {
+        package: String,
+        from: String,
+        to: String,
+        reason: String,
+    },
     /// A migration whose `from` is not lower than its `to`.
     #[error(
         "packages/{package}/package.json: migration {from:?} -> {to:?}: `from` must be a lower version than `to`"

@@ -14,6 +14,7 @@ mod error;
 mod kinds;
 mod migration;
 mod object;
+mod range;
 mod store_path;
 pub mod tree;
 mod value;
@@ -24,6 +25,7 @@ pub use error::TreeError;
 pub use kinds::{is_well_known_cluster_scoped, kind_rank};
 pub use migration::{ActionKind, Migration, MigrationAction, ObjectRef};
 pub use object::{Object, ObjectKey, ObjectKeyError, canonical_digest, canonical_json, group_of};
+pub use range::{Bound, VersionRange};
 pub use store_path::{
     HASH_LEN, MAX_NAME_LEN, NIXBASE32_ALPHABET, STORE_DIR, StorePath, StorePathError,
 };

@@ -15,7 +15,9 @@
 //! A migration applies when the installed version of the package moves
 //! across the half-open range `[from, to)` (versions compared with
 //! [`compare_versions`](crate::compare_versions)); `from` must be lower than
-//! `to`, and the ranges of one package must not overlap.
+//! `to`, and the ranges of one package must not overlap. `from` may also be a
+//! [`VersionRange`](crate::VersionRange) (`">=1.0.0 <2.0.0"`, `"1.x"`): the
+//! migration then covers that range below `to`.
 
 use std::fmt;
 

@@ -52,9 +52,9 @@ use crate::error::TreeError;
 use crate::kinds::{is_well_known_cluster_scoped, kind_rank};
 use crate::migration::{ActionKind, Migration};
 use crate::object::{Object, ObjectKey, ObjectKeyError, group_of};
+use crate::range::VersionRange;
 use crate::store_path::STORE_DIR;
 use crate::value::{CompactValue, json_len_at_most};
-use crate::version::compare_versions;
 use crate::walk::{EntryKind, walk};
 
 /// The only format this reader knows.
@@ -843,20 +843,28 @@ fn dependency_order(packages: &BTreeMap<String, Package>) -> Result<Vec<String>,
 /// Checks a package's migrations (ranges, overlaps, object references) and
 /// resolves `recreate`/`adopt` references to the objects they name.
 fn check_migrations(package: &mut Package) -> Result<(), TreeError> {
-    use std::cmp::Ordering::Less;
-
+    // `from` is a version or a range (see `VersionRange`); a migration covers
+    // its `from` below its `to`. Half-open ranges [from, to): 1->2 and 2->3
+    // chain, they do not overlap.
+    let mut ranges: Vec<VersionRange> = Vec::with_capacity(package.migrations.len());
     for (i, m) in package.migrations.iter().enumerate() {
-        if compare_versions(&m.from, &m.to) != Less {
+        let range = VersionRange::of_migration(&m.from, &m.to).map_err(|reason| {
+            TreeError::InvalidMigrationVersion {
+                package: package.name.clone(),
+                from: m.from.clone(),
+                to: m.to.clone(),
+                reason,
+            }
+        })?;
+        if range.is_empty() {
             return Err(TreeError::InvalidMigrationRange {
                 package: package.name.clone(),
                 from: m.from.clone(),
                 to: m.to.clone(),
             });
         }
-        // Half-open ranges [from, to): 1->2 and 2->3 chain, they do not overlap.
-        for earlier in &package.migrations[..i] {
-            let overlap = compare_versions(&earlier.from, &m.to) == Less
-                && compare_versions(&m.from, &earlier.to) == Less;
+        for (earlier, earlier_range) in package.migrations[..i].iter().zip(&ranges) {
+            let overlap = !earlier_range.intersect(&range).is_empty();
             if overlap {
                 return Err(TreeError::OverlappingMigrations {
                     package: package.name.clone(),
@@ -865,6 +873,7 @@ fn check_migrations(package: &mut Package) -> Result<(), TreeError> {
                 });
             }
         }
+        ranges.push(range);
     }
 
     let Package {

@@ -48,7 +48,9 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
             match kix_manifest::read_tree(Path::new(&path), &kix_manifest::ReadOptions::default()) {
                 Ok(build) => Some(build.settings),
                 Err(err) => {
-                    tracing::warn!("cannot read the current build {path} for its retention settings: {err}");
+                    tracing::warn!(
+                        "cannot read the current build {path} for its retention settings: {err}"
+                    );
                     None
                 }
             }
@@ -57,7 +59,14 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
     let retention = Retention::resolve(args.keep, args.max_age, settings.as_ref())
         .map_err(anyhow::Error::msg)?;
     let roots = GcRoots::from_env();
-    let plan = kix_engine::gc::plan(&client, &args.cluster, retention, &roots, chrono::Utc::now()).await?;
+    let plan = kix_engine::gc::plan(
+        &client,
+        &args.cluster,
+        retention,
+        &roots,
+        chrono::Utc::now(),
+    )
+    .await?;
 
     if args.dry_run || args.output == OutputFormat::Text {
         match args.output {
@@ -68,7 +77,9 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
     }
     if args.dry_run || !plan.has_work() {
         if !plan.has_work() && args.output == OutputFormat::Json && !args.dry_run {
-            print_stdout(&json_text(&serde_json::json!({"plan": plan, "report": GcReport::default()}))?)?;
+            print_stdout(&json_text(
+                &serde_json::json!({"plan": plan, "report": GcReport::default()}),
+            )?)?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -76,7 +87,10 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
         "Retire {} activation(s) of Kix cluster {} and delete {} object(s)?",
         plan.retired.len(),
         plan.cluster,
-        plan.objects.iter().filter(|o| o.action == GcAction::Delete).count()
+        plan.objects
+            .iter()
+            .filter(|o| o.action == GcAction::Delete)
+            .count()
     );
     let confirm = super::deploy::ConfirmArgs {
         yes: args.yes,
@@ -89,7 +103,9 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
     let holder = kix_engine::deploy::DeployOptions::default().holder;
     let report = kix_engine::gc::execute(&client, &plan, &roots, &format!("{holder} (gc)")).await?;
     match args.output {
-        OutputFormat::Json => print_stdout(&json_text(&serde_json::json!({"plan": plan, "report": report}))?)?,
+        OutputFormat::Json => print_stdout(&json_text(
+            &serde_json::json!({"plan": plan, "report": report}),
+        )?)?,
         OutputFormat::Text => print_stdout(&report_text(&report))?,
     }
     Ok(if report.is_success() {
@@ -102,7 +118,11 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
 fn plan_text(plan: &GcPlan, dry_run: bool) -> String {
     let mut out = String::new();
     let r = &plan.retention;
-    let _ = write!(out, "Kix cluster {}: keep {} Superseded ({})", plan.cluster, r.keep, r.keep_from);
+    let _ = write!(
+        out,
+        "Kix cluster {}: keep {} Superseded ({})",
+        plan.cluster, r.keep, r.keep_from
+    );
     if let (Some(age), Some(from)) = (&r.max_age, r.max_age_from) {
         let _ = write!(out, ", max age {age} ({from})");
     }
@@ -111,7 +131,11 @@ fn plan_text(plan: &GcPlan, dry_run: bool) -> String {
         out,
         "current: {}; kept: {}",
         plan.current.as_deref().unwrap_or("none"),
-        if plan.kept.is_empty() { "none".to_string() } else { plan.kept.join(", ") }
+        if plan.kept.is_empty() {
+            "none".to_string()
+        } else {
+            plan.kept.join(", ")
+        }
     );
     for note in &plan.notes {
         let _ = writeln!(out, "note: {note}");
@@ -160,7 +184,11 @@ fn plan_text(plan: &GcPlan, dry_run: bool) -> String {
         );
     }
     if !plan.unrooted.is_empty() {
-        let _ = writeln!(out, "kept records to root here: {}", plan.unrooted.join(", "));
+        let _ = writeln!(
+            out,
+            "kept records to root here: {}",
+            plan.unrooted.join(", ")
+        );
     }
     out
 }

@@ -30,7 +30,9 @@ pub async fn exec(args: HistoryArgs, global: &GlobalArgs) -> anyhow::Result<Exit
     }
     match args.output {
         OutputFormat::Json => print_stdout(&json_text(&history)?)?,
-        OutputFormat::Text => print_stdout(&history_text(&args.cluster, &history, chrono::Utc::now()))?,
+        OutputFormat::Text => {
+            print_stdout(&history_text(&args.cluster, &history, chrono::Utc::now()))?
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -54,7 +56,12 @@ pub fn history_text(
                 r.phase.map_or("-", |p| p.as_str()).to_string(),
                 age(r.time, now),
                 format!("{}@{}", r.user, r.host),
-                format!("+{} ~{} -{}", c.create + c.adopt, c.update + c.replace, c.delete),
+                format!(
+                    "+{} ~{} -{}",
+                    c.create + c.adopt,
+                    c.update + c.replace,
+                    c.delete
+                ),
                 r.path.clone(),
                 r.rollback_from
                     .as_ref()
@@ -63,7 +70,15 @@ pub fn history_text(
             ]
         })
         .collect();
-    let header = ["  ACTIVATION", "PHASE", "AGE", "BY", "CHANGES", "PATH", "NOTE"];
+    let header = [
+        "  ACTIVATION",
+        "PHASE",
+        "AGE",
+        "BY",
+        "CHANGES",
+        "PATH",
+        "NOTE",
+    ];
     let mut widths = header.map(str::len);
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -83,7 +98,9 @@ pub fn history_text(
     };
     line(header);
     for row in &rows {
-        line([&row[0], &row[1], &row[2], &row[3], &row[4], &row[5], &row[6]]);
+        line([
+            &row[0], &row[1], &row[2], &row[3], &row[4], &row[5], &row[6],
+        ]);
     }
     out
 }

@@ -163,7 +163,10 @@ pub fn status_text(
                 i.version,
                 i.phase.map_or("-".to_string(), |p| format!("{p:?}")),
                 i.activation,
-                i.health.as_deref().map(|h| format!("  {h}")).unwrap_or_default()
+                i.health
+                    .as_deref()
+                    .map(|h| format!("  {h}"))
+                    .unwrap_or_default()
             );
         }
     }

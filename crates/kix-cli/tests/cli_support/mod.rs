@@ -155,7 +155,9 @@ impl Kix {
 
     /// The data of ConfigMap `name` in the test's namespace, or None.
     pub fn configmap(&self, name: &str) -> Option<serde_json::Value> {
-        let out = kix_testkit::kubectl_output(&["get", "configmap", "-n", self.ns(), name, "-o", "json"]).ok()?;
+        let out =
+            kix_testkit::kubectl_output(&["get", "configmap", "-n", self.ns(), name, "-o", "json"])
+                .ok()?;
         serde_json::from_str(&out).ok()
     }
 }
@@ -191,7 +193,9 @@ pub fn nix_delete(path: &str) -> bool {
 }
 
 pub fn configmap(name: &str, data: &str) -> String {
-    format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{v: \"{data}\"}}\n")
+    format!(
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{v: \"{data}\"}}\n"
+    )
 }
 
 /// A Deployment; `schedulable: false` gives it a node selector no node has,
