@@ -188,7 +188,46 @@ let
         "update"
       ];
     }
+    # The engine checks that kix's CRDs are current (by their kix.run/digest
+    # annotation) and upgrades them with server-side apply when they are not:
+    # read access to CRDs, write access to kix's two only.
+    {
+      apiGroups = [ "apiextensions.k8s.io" ];
+      resources = [ "customresourcedefinitions" ];
+      verbs = [
+        "get"
+        "list"
+        "watch"
+      ];
+    }
+    {
+      apiGroups = [ "apiextensions.k8s.io" ];
+      resources = [ "customresourcedefinitions" ];
+      resourceNames = [
+        "activations.kix.run"
+        "packageinstances.kix.run"
+      ];
+      verbs = [
+        "patch"
+        "update"
+      ];
+    }
   ];
+
+  # With rbac.namespaces, writes are bound per namespace, but the engine
+  # finds its objects with one LIST per kind and watches them cluster-wide:
+  # the same kinds, read-only, everywhere.
+  readRules = map (
+    r:
+    removeAttrs r [ "nonResourceURLs" ]
+    // {
+      verbs = [
+        "get"
+        "list"
+        "watch"
+      ];
+    }
+  ) (builtins.filter (r: r ? resources) cfg.rbac.applyRules);
 
   # Leader election and the per-Kix-cluster deploy lease.
   leaseRules = [
@@ -258,6 +297,10 @@ let
       [ (clusterRoleBinding "kix-operator-apply" "kix-operator-apply") ]
     else
       map (ns: roleBinding "kix-operator-apply" ns "ClusterRole" "kix-operator-apply") cfg.rbac.namespaces
+      ++ lib.optionals (readRules != [ ]) [
+        (clusterRole "kix-operator-read" readRules)
+        (clusterRoleBinding "kix-operator-read" "kix-operator-read")
+      ]
       ++ lib.optionals (cfg.rbac.clusterApplyRules != [ ]) [
         (clusterRole "kix-operator-apply-cluster" cfg.rbac.clusterApplyRules)
         (clusterRoleBinding "kix-operator-apply-cluster" "kix-operator-apply-cluster")
@@ -669,8 +712,13 @@ in
         ];
         description = ''
           null: applyRules are bound cluster-wide (ClusterRoleBinding).
-          A list: bound only in these namespaces (one RoleBinding each; the
-          namespaces are created), and cluster-scoped kinds need
+          A list: applyRules are bound only in these namespaces (one
+          RoleBinding each), plus get/list/watch on the same kinds
+          cluster-wide (ClusterRole kix-operator-read: the engine lists and
+          watches per kind across the cluster). The bootstrap creates these
+          namespaces (a RoleBinding needs its namespace), so a build that
+          declares one adopts it on its first deploy (--accept-migrations).
+          Writes to cluster-scoped kinds (Namespaces, CRDs, ...) need
           clusterApplyRules.
         '';
       };
@@ -678,9 +726,9 @@ in
         type = types.listOf ruleType;
         default = [ ];
         description = ''
-          PolicyRules bound cluster-wide when rbac.namespaces is a list
-          (for cluster-scoped kinds such as Namespaces or CRDs, and the
-          cluster-wide LIST/WATCH the engine may need).
+          PolicyRules bound cluster-wide when rbac.namespaces is a list, for
+          the cluster-scoped kinds the builds contain (Namespaces, CRDs,
+          ClusterRoles, ...).
         '';
       };
       objects = mkOption {

@@ -77,7 +77,11 @@ impl Cli {
     /// Writes a one-package tree holding `resources`; returns its directory.
     fn tree(&mut self, resources: &[Value]) -> PathBuf {
         self.trees += 1;
-        let root = self.scratch.path().join(format!("tree{}", self.trees)).join("build");
+        let root = self
+            .scratch
+            .path()
+            .join(format!("tree{}", self.trees))
+            .join("build");
         let pkg = root.join("packages/app");
         std::fs::create_dir_all(pkg.join("resources")).expect("mkdir");
         std::fs::write(
@@ -119,9 +123,8 @@ impl Cli {
     }
 
     fn spawn_deploy(&self, tree: &Path, extra: &[&str]) -> Child {
-        let log = |name: &str| {
-            std::fs::File::create(self.scratch.path().join(name)).expect("log file")
-        };
+        let log =
+            |name: &str| std::fs::File::create(self.scratch.path().join(name)).expect("log file");
         self.cmd("deploy", tree, extra)
             .stdout(log("spawned.stdout"))
             .stderr(log("spawned.stderr"))
@@ -132,7 +135,10 @@ impl Cli {
     async fn records(&self) -> Vec<Activation> {
         let api: Api<Activation> = Api::all(self.env.client.clone());
         let mut items = match api
-            .list(&ListParams::default().labels(&kix_api::labels::cluster_selector(&self.env.cluster)))
+            .list(
+                &ListParams::default()
+                    .labels(&kix_api::labels::cluster_selector(&self.env.cluster)),
+            )
             .await
         {
             Ok(list) => list.items,
@@ -172,7 +178,8 @@ impl Cli {
         let _ = api
             .delete_collection(
                 &Default::default(),
-                &ListParams::default().labels(&kix_api::labels::cluster_selector(&self.env.cluster)),
+                &ListParams::default()
+                    .labels(&kix_api::labels::cluster_selector(&self.env.cluster)),
             )
             .await;
         let _ = kix_testkit::delete_namespace(&self.env.client, &self.env.namespace).await;
@@ -301,10 +308,16 @@ async fn plan_json_and_exit_code() {
     assert_eq!(json_out.code, Some(0), "{json_out}");
     for out in [&text, &json_out] {
         assert!(!out.stdout.contains(secret_value), "{out}");
-        assert!(!out.stdout.contains("Y2xpLXBsYWludGV4dC1zZWNyZXQtdmFsdWU"), "{out}");
+        assert!(
+            !out.stdout.contains("Y2xpLXBsYWludGV4dC1zZWNyZXQtdmFsdWU"),
+            "{out}"
+        );
         assert!(out.stdout.contains("creds"), "{out}");
     }
-    assert!(text.stdout.contains("data.k"), "field-level diff shown: {text}");
+    assert!(
+        text.stdout.contains("data.k"),
+        "field-level diff shown: {text}"
+    );
     cli.cleanup().await;
 }
 
@@ -319,11 +332,18 @@ async fn deploy_exits_0_on_success_and_1_at_the_timeout() {
     let started = Instant::now();
     let out = cli.deploy(&bad, &["--yes", "--timeout", "3s"]);
     assert_eq!(out.code, Some(1), "{out}");
-    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
     let all = format!("{}{}", out.stdout, out.stderr);
     assert!(all.contains("stuck"), "the object is named: {out}");
     let records = cli.records().await;
-    assert_eq!(records.last().and_then(Activation::phase), Some(Phase::Failed));
+    assert_eq!(
+        records.last().and_then(Activation::phase),
+        Some(Phase::Failed)
+    );
     assert!(
         records.iter().all(|r| r.phase() != Some(Phase::Applying)),
         "no record left Applying"
@@ -335,9 +355,14 @@ async fn deploy_exits_0_on_success_and_1_at_the_timeout() {
 /// success; the first rerun must fail naming the killed holder.
 async fn rerun_after_kill(cli: &Cli, tree: &Path, killed_pid: u32) -> Run {
     let out = cli.deploy(tree, &["--yes"]);
-    assert_eq!(out.code, Some(1), "the dead client's lease is still held: {out}");
+    assert_eq!(
+        out.code,
+        Some(1),
+        "the dead client's lease is still held: {out}"
+    );
     assert!(
-        out.stderr.contains("is being deployed by") && out.stderr.contains(&format!("pid {killed_pid}")),
+        out.stderr.contains("is being deployed by")
+            && out.stderr.contains(&format!("pid {killed_pid}")),
         "the holder is named: {out}"
     );
     let started = Instant::now();
@@ -367,7 +392,11 @@ async fn assert_no_record_applying(cli: &Cli) {
             .all(|r| !matches!(r.phase(), Some(Phase::Applying | Phase::Pending) | None)),
         "{phases:?}"
     );
-    assert_eq!(records.last().and_then(Activation::phase), Some(Phase::Active), "{phases:?}");
+    assert_eq!(
+        records.last().and_then(Activation::phase),
+        Some(Phase::Active),
+        "{phases:?}"
+    );
 }
 
 #[tokio::test]
@@ -383,15 +412,20 @@ async fn killed_during_the_wait_then_rerun_converges() {
         &cli.env.namespace,
         &ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
     );
-    poll("the deploy to wait on the Deployment", Duration::from_secs(60), Duration::from_millis(100), || async {
-        let applying = cli
-            .records()
-            .await
-            .last()
-            .is_some_and(|r| r.phase() == Some(Phase::Applying));
-        let applied = deployments.get_opt("slow").await.ok().flatten().is_some();
-        (applying && applied).then_some(())
-    })
+    poll(
+        "the deploy to wait on the Deployment",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async {
+            let applying = cli
+                .records()
+                .await
+                .last()
+                .is_some_and(|r| r.phase() == Some(Phase::Applying));
+            let applied = deployments.get_opt("slow").await.ok().flatten().is_some();
+            (applying && applied).then_some(())
+        },
+    )
     .await;
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
@@ -405,7 +439,11 @@ async fn killed_during_the_wait_then_rerun_converges() {
     assert_eq!(out.code, Some(0), "{out}");
     assert_no_record_applying(&cli).await;
     let records = cli.records().await;
-    assert_eq!(records[0].phase(), Some(Phase::Failed), "the killed deploy's record");
+    assert_eq!(
+        records[0].phase(),
+        Some(Phase::Failed),
+        "the killed deploy's record"
+    );
     assert_eq!(cli.cm("cfg").await.expect("cfg")["data"]["k"], "1");
     let live = deployments.get("slow").await.expect("slow");
     let live = serde_json::to_value(live).expect("json");
@@ -420,13 +458,18 @@ async fn killed_during_the_wait_then_rerun_converges() {
 async fn killed_during_apply_then_rerun_converges() {
     let mut cli = Cli::new("cli-kill-apply").await;
     const N: usize = 300;
-    let objects: Vec<Value> = (0..N).map(|i| configmap(&format!("cm-{i:03}"), "1")).collect();
+    let objects: Vec<Value> = (0..N)
+        .map(|i| configmap(&format!("cm-{i:03}"), "1"))
+        .collect();
     let tree = cli.tree(&objects);
     let mut child = cli.spawn_deploy(&tree, &["--yes", "--concurrency", "1"]);
     let pid = child.id();
-    poll("the apply to start", Duration::from_secs(60), Duration::from_millis(20), || async {
-        (cli.managed_cms().await.len() >= 5).then_some(())
-    })
+    poll(
+        "the apply to start",
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || async { (cli.managed_cms().await.len() >= 5).then_some(()) },
+    )
     .await;
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
@@ -436,7 +479,11 @@ async fn killed_during_apply_then_rerun_converges() {
     let out = rerun_after_kill(&cli, &tree, pid).await;
     assert_eq!(out.code, Some(0), "{out}");
     assert_no_record_applying(&cli).await;
-    assert_eq!(cli.managed_cms().await.len(), N, "every object of the build exists");
+    assert_eq!(
+        cli.managed_cms().await.len(),
+        N,
+        "every object of the build exists"
+    );
     // Converged: a plan finds nothing to do.
     let out = cli.plan(&tree, &["--exit-code"]);
     assert_eq!(out.code, Some(0), "{out}");
@@ -447,7 +494,9 @@ async fn killed_during_apply_then_rerun_converges() {
 async fn killed_during_prune_then_rerun_converges() {
     let mut cli = Cli::new("cli-kill-prune").await;
     const N: usize = 300;
-    let objects: Vec<Value> = (0..N).map(|i| configmap(&format!("cm-{i:03}"), "1")).collect();
+    let objects: Vec<Value> = (0..N)
+        .map(|i| configmap(&format!("cm-{i:03}"), "1"))
+        .collect();
     let full = cli.tree(&objects);
     let out = cli.deploy(&full, &["--yes"]);
     assert_eq!(out.code, Some(0), "{out}");
@@ -455,10 +504,15 @@ async fn killed_during_prune_then_rerun_converges() {
     let small = cli.tree(&[configmap("cm-000", "1"), configmap("extra", "1")]);
     let mut child = cli.spawn_deploy(&small, &["--yes"]);
     let pid = child.id();
-    poll("the prune to start", Duration::from_secs(60), Duration::from_millis(20), || async {
-        let n = cli.managed_cms().await.len();
-        (n < N).then_some(())
-    })
+    poll(
+        "the prune to start",
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || async {
+            let n = cli.managed_cms().await.len();
+            (n < N).then_some(())
+        },
+    )
     .await;
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");

@@ -27,6 +27,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kix_api::{Activation, Phase};
 use kix_testkit::TestEnv;
@@ -169,13 +170,25 @@ async fn rerun_until_converged(
 }
 
 /// Where a kill landed, read from the cluster after the kill.
-async fn landing(client: &Client, cluster: &str, namespace: &str, before: usize, exited: Option<i32>) -> String {
+async fn landing(client: &Client, cluster: &str, namespace: &str, before: usize, pid: u32, exited: Option<i32>) -> String {
     if let Some(code) = exited {
         return format!("finished before the kill (exit {code})");
     }
     let records = records(client, cluster).await;
     let Some(killed) = records.get(before) else {
-        return "before its record (build, plan or lease)".into();
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+        let holder = leases
+            .get_opt(&kix_engine::lease::lease_name(cluster))
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+            .unwrap_or_default();
+        return if holder.ends_with(&format!(" pid {pid}")) {
+            "holding the lease, before its record".into()
+        } else {
+            "before the lease (build, read, plan)".into()
+        };
     };
     let name = killed.metadata.name.clone().unwrap_or_default();
     let written = managed(client, namespace)
@@ -263,7 +276,7 @@ async fn sigkill_at_random_points_then_rerun_converges() {
             child.kill().expect("SIGKILL");
         }
         child.wait().expect("reaped");
-        let landed = landing(&env.client, &cluster, &ns, before, exited).await;
+        let landed = landing(&env.client, &cluster, &ns, before, pid, exited).await;
         *landings.entry(category(&landed)).or_default() += 1;
 
         let rerun_build = if rng.coin() { target } else { current };
@@ -322,10 +335,12 @@ async fn two_concurrent_deploys_one_proceeds_the_other_names_the_holder() {
     let kubeconfig = kix_testkit::kubeconfig_path();
     let gcroots = scratch.path().join("gcroots");
     let (cluster, ns) = (env.cluster.clone(), env.namespace.clone());
-    // Two different builds; a Deployment that becomes Available only 4 s
-    // after its Pod is ready keeps the winner holding the Lease meanwhile.
+    // Three builds: each round races the two that are not live (a deploy
+    // of the live build has nothing to do and takes no Lease). A Deployment
+    // that becomes Available only 4 s after its Pod is ready keeps the
+    // winner holding the Lease meanwhile.
     let mut paths = vec![];
-    for letter in ["x", "y"] {
+    for letter in ["x", "y", "z"] {
         let mut yaml: String = (0..100)
             .map(|i| format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i:03}}}\ndata: {{v: \"{letter}\"}}\n"))
             .collect();
@@ -334,12 +349,17 @@ async fn two_concurrent_deploys_one_proceeds_the_other_names_the_holder() {
         write_tree(&root, &cluster, &[Pkg { name: "web".into(), depends_on: vec![], namespace: ns.clone(), files: vec![("o.yaml".into(), yaml.into_bytes())] }]);
         paths.push(add_to_store(&root));
     }
-    let expected = [Expected::of(&env.client, &paths[0]).await, Expected::of(&env.client, &paths[1]).await];
+    let mut expected = vec![];
+    for path in &paths {
+        expected.push(Expected::of(&env.client, path).await);
+    }
 
     const ROUNDS: usize = 3;
+    let mut live: Option<usize> = None;
     for round in 1..=ROUNDS {
+        let racing: Vec<usize> = (0..3).filter(|b| Some(*b) != live).take(2).collect();
         let children: Vec<Child> = (0..2)
-            .map(|k| spawn_deploy(&kubeconfig, &gcroots, &cluster, &paths[k], scratch.path(), &format!("race-{round}-{k}")))
+            .map(|k| spawn_deploy(&kubeconfig, &gcroots, &cluster, &paths[racing[k]], scratch.path(), &format!("race-{round}-{k}")))
             .collect();
         let pids: Vec<u32> = children.iter().map(Child::id).collect();
         let mut codes = vec![];
@@ -366,12 +386,14 @@ async fn two_concurrent_deploys_one_proceeds_the_other_names_the_holder() {
             pids[winner]
         );
         // The loser changed nothing: the cluster is the winner's build.
-        let diffs = differences(&env.client, &ns, &expected[winner]).await;
+        let diffs = differences(&env.client, &ns, &expected[racing[winner]]).await;
         assert!(diffs.is_empty(), "round {round}: the winner's build is live: {diffs:#?}");
         assert_settled(&records(&env.client, &cluster).await, &format!("round {round}"));
         // Then the loser's deploy, rerun, converges.
-        let rerun = rerun_until_converged(&kubeconfig, &gcroots, &cluster, &paths[loser], None, false, Duration::from_secs(60)).await;
-        let diffs = differences(&env.client, &ns, &expected[loser]).await;
+        let rerun =
+            rerun_until_converged(&kubeconfig, &gcroots, &cluster, &paths[racing[loser]], None, false, Duration::from_secs(60)).await;
+        live = Some(racing[loser]);
+        let diffs = differences(&env.client, &ns, &expected[racing[loser]]).await;
         assert!(diffs.is_empty(), "round {round}: the loser's rerun converged: {diffs:#?}");
         assert_settled(&records(&env.client, &cluster).await, &format!("round {round}, rerun"));
         eprintln!(

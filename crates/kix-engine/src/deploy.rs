@@ -228,7 +228,7 @@ pub fn check_plan(plan: &Plan, build: &Build, options: &DeployOptions) -> Result
     }
     let accept = plan.needs_acceptance();
     if !accept.is_empty() && !options.accept_migrations {
-        return Err(EngineError::NeedsAcceptance(accept.join(", ")));
+        return Err(EngineError::NeedsAcceptance(accept.join("; ")));
     }
     if build.object_count() == 0 && options.prune && !options.allow_empty && plan.counts.delete > 0
     {
@@ -266,7 +266,6 @@ pub async fn deploy(
             rolled_back_to: None,
         });
     }
-    let previous = (plan.current_activation.clone(), plan.current_path.clone());
     let lease = DeployLease::acquire(
         client.clone(),
         &plan.cluster,
@@ -279,7 +278,8 @@ pub async fn deploy(
     let outcome = result?;
     if outcome.phase == Phase::Failed
         && options.on_error == OnError::Rollback
-        && let (Some(prev_name), Some(prev_path)) = previous
+        && let Some((prev_name, prev_path)) =
+            last_applied(client, &plan.cluster, outcome.activation.as_deref()).await?
     {
         warn!(activation = %prev_name, "deploy failed; rolling back to {prev_path}");
         let rolled = Box::pin(rollback_to(
@@ -296,6 +296,24 @@ pub async fn deploy(
         });
     }
     Ok(outcome)
+}
+
+/// The newest record of `cluster` other than `except` whose build was applied
+/// (Active or Degraded), with its store path: the target of `--on-error
+/// rollback`. Read after the failed run, so a record an interrupted deploy
+/// left Pending or Applying (which the run marked Failed) is never chosen.
+async fn last_applied(
+    client: &Client,
+    cluster: &str,
+    except: Option<&str>,
+) -> Result<Option<(String, String)>> {
+    let all = records::list_all(client).await?;
+    Ok(records::of_cluster(&all, cluster)
+        .into_iter()
+        .rev()
+        .filter(|r| r.metadata.name.as_deref() != except)
+        .find(|r| matches!(r.phase(), Some(Phase::Active | Phase::Degraded)))
+        .map(|r| (r.name_any(), r.spec.source.path.clone())))
 }
 
 /// Re-applies the build at `store_path` as a new activation whose receipt

@@ -217,7 +217,12 @@ pub fn mark_objects(
             }
             let objects = packages.iter_mut().flat_map(|p| p.objects.iter_mut());
             for o in objects.filter(|o| refers_to(&a.object, m.namespace.as_deref(), &o.key)) {
-                let note = format!("{} by migration {} of package {}", a.action, m.label(), m.package);
+                let note = format!(
+                    "{} by migration {} of package {}",
+                    a.action,
+                    m.label(),
+                    m.package
+                );
                 o.note = Some(match o.note.take() {
                     Some(old) => format!("{old}; {note}"),
                     None => note,
@@ -305,14 +310,22 @@ pub async fn run_group(
             }
             let failure = |error: String| MigrationFailure {
                 key: action.object.to_string(),
-                error: format!("migration {} of package {}: {} failed: {error}", m.label(), m.package, action.action),
+                error: format!(
+                    "migration {} of package {}: {} failed: {error}",
+                    m.label(),
+                    m.package,
+                    action.action
+                ),
             };
             let Some((resource, key)) = resolve(client, &mut resources, plan, m, &action.object)
                 .await
                 .map_err(failure)?
             else {
                 info!(object = %action.object, "migration {}: {} skipped: the apiserver does not serve the kind", m.label(), action.action);
-                done.push(format!("{} {}: kind not served, nothing to do", action.action, action.object));
+                done.push(format!(
+                    "{} {}: kind not served, nothing to do",
+                    action.action, action.object
+                ));
                 continue;
             };
             let api: Api<DynamicObject> = match &key.namespace {
@@ -320,12 +333,21 @@ pub async fn run_group(
                 None => Api::all_with(client.clone(), &resource),
             };
             let line = match action.action {
-                ActionKind::Recreate => delete_and_wait(&api, &key, PropagationPolicy::Foreground, deadline).await,
-                ActionKind::Delete => delete_and_wait(&api, &key, PropagationPolicy::Background, deadline).await,
+                ActionKind::Recreate => {
+                    delete_and_wait(&api, &key, PropagationPolicy::Foreground, deadline).await
+                }
+                ActionKind::Delete => {
+                    delete_and_wait(&api, &key, PropagationPolicy::Background, deadline).await
+                }
                 ActionKind::Adopt => adopt(&api, plan, m, &key).await,
             }
             .map_err(failure)?;
-            info!("migration {} of package {}: {} {key}: {line}", m.label(), m.package, action.action);
+            info!(
+                "migration {} of package {}: {} {key}: {line}",
+                m.label(),
+                m.package,
+                action.action
+            );
             done.push(format!("{} {key}: {line}", action.action));
         }
     }
@@ -354,8 +376,18 @@ async fn resolve(
             .map(|r| (r.api, r.namespaced))
     };
     let found = match &reference.api_version {
-        Some(v) => served(resources.get(v, &reference.kind).await.map_err(|e| e.to_string())?),
-        None => match served(resources.get("v1", &reference.kind).await.map_err(|e| e.to_string())?) {
+        Some(v) => served(
+            resources
+                .get(v, &reference.kind)
+                .await
+                .map_err(|e| e.to_string())?,
+        ),
+        None => match served(
+            resources
+                .get("v1", &reference.kind)
+                .await
+                .map_err(|e| e.to_string())?,
+        ) {
             Some(found) => Some(found),
             None => discover_kind(client, &reference.kind).await?,
         },
@@ -387,7 +419,10 @@ async fn discover_kind(client: &Client, kind: &str) -> Result<Option<(ApiResourc
     for group in discovery.groups() {
         for (api, caps) in group.recommended_resources() {
             if api.kind == kind {
-                return Ok(Some((api, caps.scope == kube::discovery::Scope::Namespaced)));
+                return Ok(Some((
+                    api,
+                    caps.scope == kube::discovery::Scope::Namespaced,
+                )));
             }
         }
     }
@@ -408,11 +443,17 @@ async fn delete_and_wait(
     };
     match api.delete(&key.name, &params).await {
         Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok("not found, nothing to delete".to_owned()),
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            return Ok("not found, nothing to delete".to_owned());
+        }
         Err(e) => return Err(crate::error::api_message(&e)),
     }
     let started = Instant::now();
-    let gone = kube::runtime::wait::await_condition(api.clone(), &key.name, |o: Option<&DynamicObject>| o.is_none());
+    let gone = kube::runtime::wait::await_condition(
+        api.clone(),
+        &key.name,
+        |o: Option<&DynamicObject>| o.is_none(),
+    );
     match tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), gone).await {
         Ok(Ok(_)) => Ok(format!("deleted ({:.1}s)", started.elapsed().as_secs_f64())),
         Ok(Err(e)) => Err(format!("waiting for the deletion: {e}")),
@@ -432,7 +473,10 @@ async fn adopt(
     m: &PlannedMigration,
     key: &ObjectKey,
 ) -> Result<String, String> {
-    let live = api.get_opt(&key.name).await.map_err(|e| crate::error::api_message(&e))?;
+    let live = api
+        .get_opt(&key.name)
+        .await
+        .map_err(|e| crate::error::api_message(&e))?;
     let Some(live) = live else {
         return Ok("not found: the apply creates it".to_owned());
     };
@@ -506,7 +550,12 @@ pub fn immutable_fields(
     let causes: Vec<(String, String)> = match status.details.as_ref().map(|d| &d.causes) {
         Some(causes) if !causes.is_empty() => causes
             .iter()
-            .map(|c| (c.field.trim_start_matches('.').to_owned(), c.message.clone()))
+            .map(|c| {
+                (
+                    c.field.trim_start_matches('.').to_owned(),
+                    c.message.clone(),
+                )
+            })
             .collect(),
         _ => vec![(String::new(), status.message.clone())],
     };
@@ -523,7 +572,10 @@ pub fn immutable_fields(
         }
         let mutable = mutable_fields(&message);
         let mut found = Vec::new();
-        if let (Some(want), Some(have)) = (at_path(desired, &field), live.and_then(|l| at_path(l, &field))) {
+        if let (Some(want), Some(have)) = (
+            at_path(desired, &field),
+            live.and_then(|l| at_path(l, &field)),
+        ) {
             differing(&field, want, have, &mutable, &mut found);
         }
         if found.is_empty() {
@@ -594,7 +646,13 @@ fn differing(path: &str, want: &Value, have: &Value, skip: &[String], out: &mut 
                 if skip.iter().any(|s| s == k) {
                     continue;
                 }
-                differing(&format!("{path}.{k}"), v, have.get(k).unwrap_or(&Value::Null), &[], out);
+                differing(
+                    &format!("{path}.{k}"),
+                    v,
+                    have.get(k).unwrap_or(&Value::Null),
+                    &[],
+                    out,
+                );
             }
         }
         (Value::Array(want), Value::Array(have)) if want.len() == have.len() => {
@@ -644,7 +702,10 @@ mod tests {
     }
 
     fn crossed_labels(p: &Package, installed: &str) -> Vec<String> {
-        select(p, installed).iter().map(PlannedMigration::label).collect()
+        select(p, installed)
+            .iter()
+            .map(PlannedMigration::label)
+            .collect()
     }
 
     #[test]
@@ -654,12 +715,21 @@ mod tests {
             "3.0.0",
             vec![migration("2.0.0", "3.0.0"), migration("1.0.0", "2.0.0")],
         );
-        assert_eq!(crossed_labels(&p, "1.0.0"), ["1.0.0 -> 2.0.0", "2.0.0 -> 3.0.0"]);
-        assert_eq!(crossed_labels(&p, "1.5.0"), ["1.0.0 -> 2.0.0", "2.0.0 -> 3.0.0"]);
+        assert_eq!(
+            crossed_labels(&p, "1.0.0"),
+            ["1.0.0 -> 2.0.0", "2.0.0 -> 3.0.0"]
+        );
+        assert_eq!(
+            crossed_labels(&p, "1.5.0"),
+            ["1.0.0 -> 2.0.0", "2.0.0 -> 3.0.0"]
+        );
         assert_eq!(crossed_labels(&p, "2.0.0"), ["2.0.0 -> 3.0.0"]);
         assert_eq!(crossed_labels(&p, "2.9"), ["2.0.0 -> 3.0.0"]);
         // Below every `from`: the package still passes through both.
-        assert_eq!(crossed_labels(&p, "0.9.0"), ["1.0.0 -> 2.0.0", "2.0.0 -> 3.0.0"]);
+        assert_eq!(
+            crossed_labels(&p, "0.9.0"),
+            ["1.0.0 -> 2.0.0", "2.0.0 -> 3.0.0"]
+        );
         // Same version, downgrade: none.
         assert!(select(&p, "3.0.0").is_empty());
         assert!(select(&p, "4.0.0").is_empty());
@@ -675,9 +745,15 @@ mod tests {
     fn migrations_with_range_from() {
         let p = package(
             "3.0.0",
-            vec![migration("1.x", "2.0.0"), migration(">=2.1.0 <2.5", "3.0.0")],
+            vec![
+                migration("1.x", "2.0.0"),
+                migration(">=2.1.0 <2.5", "3.0.0"),
+            ],
         );
-        assert_eq!(crossed_labels(&p, "1.4.2"), ["1.x -> 2.0.0", ">=2.1.0 <2.5 -> 3.0.0"]);
+        assert_eq!(
+            crossed_labels(&p, "1.4.2"),
+            ["1.x -> 2.0.0", ">=2.1.0 <2.5 -> 3.0.0"]
+        );
         // 2.0.x is below the second range, which the path still goes through.
         assert_eq!(crossed_labels(&p, "2.0.3"), [">=2.1.0 <2.5 -> 3.0.0"]);
         // Installed above the range: the package does not pass through it.
@@ -710,12 +786,17 @@ mod tests {
         assert!(!r("1.x").contains("0.9"));
         assert!(r(">1.0 <=2").contains("2.0.0"));
         assert!(!r(">1.0 <=2").contains("1.0.0"));
-        let m = |f: &str, t: &str| VersionRange::of_migration(f, t).unwrap_or_else(|e| panic!("{e}"));
+        let m =
+            |f: &str, t: &str| VersionRange::of_migration(f, t).unwrap_or_else(|e| panic!("{e}"));
         assert!(m("2.0.0", "1.0.0").is_empty());
         assert!(m("1.0.0", "1.0").is_empty());
         assert!(!m("1.0.0", "2.0.0").is_empty());
         // Chained migrations do not overlap; nested ones do.
-        assert!(m("1.0.0", "2.0.0").intersect(&m("2.0.0", "3.0.0")).is_empty());
+        assert!(
+            m("1.0.0", "2.0.0")
+                .intersect(&m("2.0.0", "3.0.0"))
+                .is_empty()
+        );
         assert!(!m(">=1.0", "3.0").intersect(&m("2.0.0", "3.0.0")).is_empty());
         assert!(m("1.x", "3.0").intersect(&m(">=2.0.0", "3.0.0")).is_empty());
         assert_eq!(m("1.x", "1.5").to_string(), ">=1 <1.5");
@@ -727,7 +808,11 @@ mod tests {
             let dir = tempfile::tempdir().expect("tempdir");
             let root = dir.path().join("tree");
             std::fs::create_dir_all(root.join("packages/app/resources")).expect("mkdir");
-            std::fs::write(root.join("kix.json"), r#"{"format":1,"cluster":"c","packages":["app"]}"#).expect("write");
+            std::fs::write(
+                root.join("kix.json"),
+                r#"{"format":1,"cluster":"c","packages":["app"]}"#,
+            )
+            .expect("write");
             std::fs::write(
                 root.join("packages/app/package.json"),
                 json!({"name": "app", "version": "3.0.0", "namespace": "app", "migrations": migrations}).to_string(),
@@ -742,21 +827,40 @@ mod tests {
                 store_dir: dir.path().canonicalize().expect("canonical"),
                 ..Default::default()
             };
-            kix_manifest::read_tree(&root, &options).map(|_| ()).map_err(|e| e.to_string())
+            kix_manifest::read_tree(&root, &options)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         };
         let ok = |m: serde_json::Value| read(m.clone()).unwrap_or_else(|e| panic!("{m}: {e}"));
         ok(json!([{"from": ">=1.0.0 <2.0.0", "to": "2.0.0"}, {"from": "2.x", "to": "3.0.0"}]));
-        ok(json!([{"from": "1.0.0", "to": "2.0.0"}, {"from": "2.0.0", "to": "3.0.0",
-            "actions": [{"action": "recreate", "object": {"kind": "ConfigMap", "name": "config"}}]}]));
+        ok(
+            json!([{"from": "1.0.0", "to": "2.0.0"}, {"from": "2.0.0", "to": "3.0.0",
+            "actions": [{"action": "recreate", "object": {"kind": "ConfigMap", "name": "config"}}]}]),
+        );
         let err = |m: serde_json::Value, want: &str| {
             let e = read(m.clone()).err().unwrap_or_else(|| panic!("{m} reads"));
             assert!(e.contains(want), "{m}: {e}");
         };
-        err(json!([{"from": "1.x", "to": "2.0.0"}, {"from": ">=1.5 <3", "to": "3.0.0"}]), "overlap");
-        err(json!([{"from": "1.0 2.0", "to": "3.0.0"}]), "needs an operator");
-        err(json!([{"from": "3.x", "to": "3.0.0"}]), "must be a lower version");
-        err(json!([{"from": "2.0.0", "to": "1.0.0"}]), "must be a lower version");
-        err(json!([{"from": "1.0.0", "to": "2.0.0", "actions": [{"action": "adopt", "object": {"kind": "Secret", "name": "x"}}]}]), "no such object");
+        err(
+            json!([{"from": "1.x", "to": "2.0.0"}, {"from": ">=1.5 <3", "to": "3.0.0"}]),
+            "overlap",
+        );
+        err(
+            json!([{"from": "1.0 2.0", "to": "3.0.0"}]),
+            "needs an operator",
+        );
+        err(
+            json!([{"from": "3.x", "to": "3.0.0"}]),
+            "must be a lower version",
+        );
+        err(
+            json!([{"from": "2.0.0", "to": "1.0.0"}]),
+            "must be a lower version",
+        );
+        err(
+            json!([{"from": "1.0.0", "to": "2.0.0", "actions": [{"action": "adopt", "object": {"kind": "Secret", "name": "x"}}]}]),
+            "no such object",
+        );
     }
 
     fn instance(version: &str, phase: Option<PackagePhase>, installed: bool) -> PackageInstance {
@@ -786,12 +890,26 @@ mod tests {
             settings: Default::default(),
             packages: vec![package("2.0.0", vec![migration("1.0.0", "2.0.0")])],
         };
-        let labels = |pis: &[PackageInstance]| crossed(&build, pis).iter().map(PlannedMigration::label).collect::<Vec<_>>();
+        let labels = |pis: &[PackageInstance]| {
+            crossed(&build, pis)
+                .iter()
+                .map(PlannedMigration::label)
+                .collect::<Vec<_>>()
+        };
         assert!(labels(&[]).is_empty(), "first install");
-        assert_eq!(labels(&[instance("1.0.0", Some(PackagePhase::Ready), true)]), ["1.0.0 -> 2.0.0"]);
-        assert_eq!(labels(&[instance("1.0.0", Some(PackagePhase::Ready), false)]), ["1.0.0 -> 2.0.0"]);
+        assert_eq!(
+            labels(&[instance("1.0.0", Some(PackagePhase::Ready), true)]),
+            ["1.0.0 -> 2.0.0"]
+        );
+        assert_eq!(
+            labels(&[instance("1.0.0", Some(PackagePhase::Ready), false)]),
+            ["1.0.0 -> 2.0.0"]
+        );
         // A failed upgrade keeps the installed version: the migration is crossed again.
-        assert_eq!(labels(&[instance("1.0.0", Some(PackagePhase::Failed), true)]), ["1.0.0 -> 2.0.0"]);
+        assert_eq!(
+            labels(&[instance("1.0.0", Some(PackagePhase::Failed), true)]),
+            ["1.0.0 -> 2.0.0"]
+        );
         // Never installed (an install that did not finish): nothing to migrate.
         assert!(labels(&[instance("1.0.0", Some(PackagePhase::Pending), false)]).is_empty());
         assert!(labels(&[instance("1.0.0", Some(PackagePhase::Failed), false)]).is_empty());
@@ -810,13 +928,24 @@ mod tests {
                 name: "x".into(),
             },
         };
-        m.actions = vec![action("Deployment", Some("apps/v1")), action("ClusterRole", Some("rbac.authorization.k8s.io/v1"))];
+        m.actions = vec![
+            action("Deployment", Some("apps/v1")),
+            action("ClusterRole", Some("rbac.authorization.k8s.io/v1")),
+        ];
         let planned = select(&package("2.0.0", vec![m]), "1.0.0");
-        assert_eq!(planned[0].actions[0].object.to_string(), "Deployment.apps data/x");
-        assert_eq!(planned[0].actions[1].object.to_string(), "ClusterRole.rbac.authorization.k8s.io/x");
+        assert_eq!(
+            planned[0].actions[0].object.to_string(),
+            "Deployment.apps data/x"
+        );
+        assert_eq!(
+            planned[0].actions[1].object.to_string(),
+            "ClusterRole.rbac.authorization.k8s.io/x"
+        );
         assert_eq!(
             acceptance(&planned),
-            ["migration db 1.0.0 -> 2.0.0: delete Deployment.apps data/x, delete ClusterRole.rbac.authorization.k8s.io/x"]
+            [
+                "migration db 1.0.0 -> 2.0.0: delete Deployment.apps data/x, delete ClusterRole.rbac.authorization.k8s.io/x"
+            ]
         );
         let key = |ns: Option<&str>| ObjectKey {
             group: "apps".into(),
@@ -827,7 +956,12 @@ mod tests {
         let r = &planned[0].actions[0].object;
         assert!(refers_to(r, Some("data"), &key(Some("data"))));
         assert!(!refers_to(r, Some("data"), &key(Some("other"))));
-        let bare = ObjectRef { api_version: None, kind: "Deployment".into(), namespace: None, name: "x".into() };
+        let bare = ObjectRef {
+            api_version: None,
+            kind: "Deployment".into(),
+            namespace: None,
+            name: "x".into(),
+        };
         assert!(refers_to(&bare, None, &key(Some("default"))));
         assert!(refers_to(&bare, Some("data"), &key(Some("data"))));
     }
@@ -857,25 +991,42 @@ mod tests {
         assert_eq!(fields, ["spec.selector.matchLabels.app"]);
         assert!(reasons[0].starts_with("Forbidden: updates to statefulset spec"));
         // Service: the field is already precise.
-        let svc = status("spec.clusterIPs[0]", r#"Invalid value: ["10.0.0.9"]: may not change once set"#);
+        let svc = status(
+            "spec.clusterIPs[0]",
+            r#"Invalid value: ["10.0.0.9"]: may not change once set"#,
+        );
         assert!(is_immutable(&svc));
-        let (fields, reasons) = immutable_fields(&svc, &json!({"spec": {"clusterIP": "10.0.0.9"}}),
-            Some(&json!({"spec": {"clusterIP": "10.0.0.8", "clusterIPs": ["10.0.0.8"]}})));
+        let (fields, reasons) = immutable_fields(
+            &svc,
+            &json!({"spec": {"clusterIP": "10.0.0.9"}}),
+            Some(&json!({"spec": {"clusterIP": "10.0.0.8", "clusterIPs": ["10.0.0.8"]}})),
+        );
         assert_eq!(fields, ["spec.clusterIPs[0]"]);
         assert_eq!(reasons, ["may not change once set"]);
         // Job: the leaf below the named field.
-        let job = status("spec.template.spec", r#"Invalid value: {"Containers":[{"Image":"x:2"}]}: field is immutable"#);
+        let job = status(
+            "spec.template.spec",
+            r#"Invalid value: {"Containers":[{"Image":"x:2"}]}: field is immutable"#,
+        );
         let (fields, reasons) = immutable_fields(
             &job,
             &json!({"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "x:2"}]}}}}),
-            Some(&json!({"spec": {"template": {"spec": {"restartPolicy": "Never", "dnsPolicy": "ClusterFirst",
-                "containers": [{"name": "m", "image": "x:1", "imagePullPolicy": "IfNotPresent"}]}}}})),
+            Some(
+                &json!({"spec": {"template": {"spec": {"restartPolicy": "Never", "dnsPolicy": "ClusterFirst",
+                "containers": [{"name": "m", "image": "x:1", "imagePullPolicy": "IfNotPresent"}]}}}}),
+            ),
         );
         assert_eq!(fields, ["spec.template.spec.containers[0].image"]);
         assert_eq!(reasons, ["field is immutable"]);
         // Without the live object: the server's path.
-        assert_eq!(immutable_fields(&job, &json!({}), None).0, ["spec.template.spec"]);
-        let other = status("spec.replicas", "Invalid value: -1: must be greater than or equal to 0");
+        assert_eq!(
+            immutable_fields(&job, &json!({}), None).0,
+            ["spec.template.spec"]
+        );
+        let other = status(
+            "spec.replicas",
+            "Invalid value: -1: must be greater than or equal to 0",
+        );
         assert!(!is_immutable(&other));
     }
 }

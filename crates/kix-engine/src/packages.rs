@@ -47,9 +47,11 @@ pub const CONDITION_INSTALLED: &str = "Installed";
 /// not finished (Pending, Installing, or Failed without the `Installed`
 /// condition).
 pub fn installed_version(pi: &PackageInstance) -> Option<&str> {
-    let condition = pi.status.iter().flat_map(|s| &s.conditions).any(|c| {
-        c.type_ == CONDITION_INSTALLED && c.status == "True"
-    });
+    let condition = pi
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .any(|c| c.type_ == CONDITION_INSTALLED && c.status == "True");
     let phase = matches!(
         pi.phase(),
         Some(
@@ -211,10 +213,16 @@ impl PackageRecords {
                 PackagePhase::Installing,
                 format!("installing {version} ({})", self.activation),
             ),
-            Some(old) if *old != version => (
-                PackagePhase::Upgrading,
-                format!("upgrading {old} -> {version} ({})", self.activation),
-            ),
+            Some(old) if *old != version => {
+                let verb = match kix_manifest::compare_versions(&version, old) {
+                    std::cmp::Ordering::Less => "downgrading",
+                    _ => "upgrading",
+                };
+                (
+                    PackagePhase::Upgrading,
+                    format!("{verb} {old} -> {version} ({})", self.activation),
+                )
+            }
             Some(_) if writes || migrations => (
                 PackagePhase::Upgrading,
                 format!("applying changes to {version} ({})", self.activation),
@@ -289,7 +297,9 @@ impl PackageRecords {
                 });
                 status.message = Some(match (phase, installed_version(&pi)) {
                     (PackagePhase::Failed, Some(old)) if old != version => {
-                        format!("upgrade {old} -> {version} failed; {old} is still the installed version: {detail}")
+                        format!(
+                            "upgrade {old} -> {version} failed; {old} is still the installed version: {detail}"
+                        )
                     }
                     (PackagePhase::Failed, _) => format!("{version} failed: {detail}"),
                     _ => format!("{version} applied, not healthy: {detail}"),
@@ -406,19 +416,34 @@ impl PackageRecords {
         let mut current = pi;
         if let Some(spec) = spec {
             current = api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&json!({ "spec": spec })))
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({ "spec": spec })),
+                )
                 .await
                 .map_err(|e| records_error(&name, e))?;
         }
         if current.status.as_ref() != Some(&status) {
             let mut value = serde_json::to_value(&status).unwrap_or_else(|_| json!({}));
             if let Some(map) = value.as_object_mut() {
-                for field in ["phase", "message", "resources", "ready", "health", "conditions"] {
+                for field in [
+                    "phase",
+                    "message",
+                    "resources",
+                    "ready",
+                    "health",
+                    "conditions",
+                ] {
                     map.entry(field).or_insert(Value::Null);
                 }
             }
             current = api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({ "status": value })))
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({ "status": value })),
+                )
                 .await
                 .map_err(|e| records_error(&name, e))?;
         }
@@ -428,7 +453,10 @@ impl PackageRecords {
 }
 
 fn records_error(name: &str, e: kube::Error) -> EngineError {
-    EngineError::Records(format!("PackageInstance {name}: {}", crate::error::api_message(&e)))
+    EngineError::Records(format!(
+        "PackageInstance {name}: {}",
+        crate::error::api_message(&e)
+    ))
 }
 
 /// The build's version of `package`.

@@ -39,7 +39,11 @@ async fn applied_objects_carry_ownership_labels_and_annotations() {
         );
         let digest = annotations["kix.run/digest"].as_str().expect("digest");
         assert_eq!(digest.len(), 64, "a sha256 digest: {digest}");
-        assert_eq!(annotations["kix.run/activations"], activation.as_str(), "{live:#}");
+        assert_eq!(
+            annotations["kix.run/activations"],
+            activation.as_str(),
+            "{live:#}"
+        );
         // Applied by the field manager `kix` with server-side apply.
         assert!(
             live["metadata"]["managedFields"]
@@ -53,8 +57,14 @@ async fn applied_objects_carry_ownership_labels_and_annotations() {
     // The digest is what the plan expects (the fast path).
     let plan = kit.plan(&built, &Default::default()).await;
     for d in &plan.desired {
-        let live = kit.get(&d.api_version, &d.key.kind, &d.key.name).await.expect("live");
-        assert_eq!(live["metadata"]["annotations"]["kix.run/digest"], d.digest.as_str());
+        let live = kit
+            .get(&d.api_version, &d.key.kind, &d.key.name)
+            .await
+            .expect("live");
+        assert_eq!(
+            live["metadata"]["annotations"]["kix.run/digest"],
+            d.digest.as_str()
+        );
     }
     kit.cleanup().await;
 }
@@ -66,7 +76,13 @@ async fn order_crds_namespaces_then_packages_by_dependency_once_healthy() {
     // kix.json lists b first although b depends on a; the Namespace lives in b.
     let built = kit.build(&[
         Pkg::new("b", &[configmap("b-cfg", &[("k", "v")]), namespace(&extra)]).depends_on(&["a"]),
-        Pkg::new("a", &[deployment("a-web", true), configmap_in(&extra, "a-cfg", &[("k", "v")])]),
+        Pkg::new(
+            "a",
+            &[
+                deployment("a-web", true),
+                configmap_in(&extra, "a-cfg", &[("k", "v")]),
+            ],
+        ),
     ]);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut options = kit.options();
@@ -80,16 +96,30 @@ async fn order_crds_namespaces_then_packages_by_dependency_once_healthy() {
     }
     let requests: Vec<_> = kit.writes(mark);
     let at = |resource: &str, name: &str| {
-        position(&requests, |r| r.resource == resource && r.name.as_deref() == Some(name))
-            .unwrap_or_else(|| panic!("no write of {resource} {name}:\n{}", describe(&requests)))
+        position(&requests, |r| {
+            r.resource == resource && r.name.as_deref() == Some(name)
+        })
+        .unwrap_or_else(|| panic!("no write of {resource} {name}:\n{}", describe(&requests)))
     };
     let ns_at = at("namespaces", &extra);
     let a_web = at("deployments", "a-web");
     let a_cfg = at("configmaps", "a-cfg");
     let b_cfg = at("configmaps", "b-cfg");
-    assert!(ns_at < a_cfg && ns_at < a_web, "Namespace first:\n{}", describe(&requests));
-    assert!(a_cfg < a_web, "ConfigMaps before workloads:\n{}", describe(&requests));
-    assert!(a_web < b_cfg, "package a before b:\n{}", describe(&requests));
+    assert!(
+        ns_at < a_cfg && ns_at < a_web,
+        "Namespace first:\n{}",
+        describe(&requests)
+    );
+    assert!(
+        a_cfg < a_web,
+        "ConfigMaps before workloads:\n{}",
+        describe(&requests)
+    );
+    assert!(
+        a_web < b_cfg,
+        "package a before b:\n{}",
+        describe(&requests)
+    );
 
     // b started only once a was healthy.
     let healthy_a = events
@@ -101,7 +131,10 @@ async fn order_crds_namespaces_then_packages_by_dependency_once_healthy() {
         .position(|e| matches!(e, Event::Applied { key, .. } if key.contains("b-cfg")))
         .unwrap_or_else(|| panic!("b-cfg never applied: {events:#?}"));
     assert!(healthy_a < applied_b, "{events:#?}");
-    let live = kit.get("apps/v1", "Deployment", "a-web").await.expect("a-web");
+    let live = kit
+        .get("apps/v1", "Deployment", "a-web")
+        .await
+        .expect("a-web");
     assert!(
         live["status"]["availableReplicas"].as_i64().unwrap_or(0) >= 1,
         "a-web is Available: {live:#}"
@@ -114,7 +147,14 @@ async fn an_unchanged_redeploy_makes_no_write_request() {
     let mut kit = Kit::new("apply-noop").await;
     let extra = kit.extra_ns("noop");
     let built = kit.build(&[
-        Pkg::new("a", &[namespace(&extra), configmap("cfg", &[("k", "v")]), deployment("web", true)]),
+        Pkg::new(
+            "a",
+            &[
+                namespace(&extra),
+                configmap("cfg", &[("k", "v")]),
+                deployment("web", true),
+            ],
+        ),
         Pkg::new("b", &[configmap("b-cfg", &[("k", "v")])]).depends_on(&["a"]),
     ]);
     let first = kit.deploy(&built).await;
@@ -160,7 +200,12 @@ async fn a_redeploy_with_one_change_writes_only_that_object() {
     let writes = kit.writes(mark);
     let objects: Vec<_> = writes
         .iter()
-        .filter(|r| !matches!(r.resource.as_str(), "activations" | "packageinstances" | "leases"))
+        .filter(|r| {
+            !matches!(
+                r.resource.as_str(),
+                "activations" | "packageinstances" | "leases"
+            )
+        })
         .collect();
     assert_eq!(
         objects
@@ -191,8 +236,11 @@ async fn reconcile_reapplies_out_of_band_edits_the_digest_fast_path_does_not() {
 
     // Someone edits the object (like `kubectl edit`: a merge patch by another
     // field manager).
-    let cms: Api<DynamicObject> =
-        Api::namespaced_with(kit.env.client.clone(), kit.ns(), &resource("v1", "ConfigMap"));
+    let cms: Api<DynamicObject> = Api::namespaced_with(
+        kit.env.client.clone(),
+        kit.ns(),
+        &resource("v1", "ConfigMap"),
+    );
     let edit = PatchParams {
         field_manager: Some("kubectl-edit".into()),
         ..Default::default()
@@ -246,7 +294,9 @@ async fn reconcile_reapplies_out_of_band_edits_the_digest_fast_path_does_not() {
     assert_eq!(kit.cm_value("cfg", "x").await.as_deref(), Some("1"));
     let writes = kit.writes(mark);
     assert!(
-        !writes.iter().any(|r| r.name.as_deref() == Some("untouched")),
+        !writes
+            .iter()
+            .any(|r| r.name.as_deref() == Some("untouched")),
         "undrifted objects are not rewritten:\n{}",
         describe(&writes)
     );
@@ -277,10 +327,14 @@ async fn reconcile_finds_no_drift_in_what_it_just_applied() {
                                   "limits": {"cpu": "1000m"}}}],
                 "tolerations": [{"operator": "Exists"}]}}}),
         ),
-        yaml(&json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})),
-        yaml(&json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
-            "stringData": {"password": "s3cret"}, "data": {"raw": "cmF3"}})),
+        yaml(
+            &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}),
+        ),
+        yaml(
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
+            "stringData": {"password": "s3cret"}, "data": {"raw": "cmF3"}}),
+        ),
     ]);
     kit.deploy(&built).await;
     let plan = kit

@@ -74,9 +74,16 @@ async fn on_error_rollback_restores_the_previous_build() {
     // The previous ConfigMap value is back; the failed build's new object is
     // pruned by the rollback.
     assert_eq!(kit.cm_value("cfg", "version").await.as_deref(), Some("1"));
-    eventually("the stuck Deployment pruned", Duration::from_secs(30), || async {
-        kit.get("apps/v1", "Deployment", "stuck").await.is_none().then_some(())
-    })
+    eventually(
+        "the stuck Deployment pruned",
+        Duration::from_secs(30),
+        || async {
+            kit.get("apps/v1", "Deployment", "stuck")
+                .await
+                .is_none()
+                .then_some(())
+        },
+    )
     .await;
 
     let records = kit.records().await;
@@ -134,9 +141,13 @@ async fn on_error_continue_applies_independent_packages_and_skips_dependents() {
 #[tokio::test]
 async fn redeploying_a_failed_build_waits_again_and_fails_again() {
     let kit = Kit::new("fail-again").await;
-    kit.deploy(&kit.simple(&[configmap("cfg", &[("v", "1")])])).await;
+    kit.deploy(&kit.simple(&[configmap("cfg", &[("v", "1")])]))
+        .await;
     let bad = kit.build(&[
-        Pkg::new("a", &[configmap("cfg", &[("v", "2")]), deployment("stuck", false)]),
+        Pkg::new(
+            "a",
+            &[configmap("cfg", &[("v", "2")]), deployment("stuck", false)],
+        ),
         Pkg::new("b", &[configmap("after", &[("k", "v")])]).depends_on(&["a"]),
     ]);
     let mut options = kit.options();
@@ -153,7 +164,11 @@ async fn redeploying_a_failed_build_waits_again_and_fails_again() {
     let phases: Vec<_> = kit.records().await.iter().map(|r| r.phase()).collect();
     assert_eq!(
         phases,
-        [Some(Phase::Active), Some(Phase::Failed), Some(Phase::Failed)]
+        [
+            Some(Phase::Active),
+            Some(Phase::Failed),
+            Some(Phase::Failed)
+        ]
     );
     kit.cleanup().await;
 }
@@ -206,7 +221,10 @@ async fn rollback_after_an_interrupted_deploy_restores_the_last_good_build() {
         Some(good_name.as_str()),
         "the last build that was applied, not the interrupted one: {outcome:?}"
     );
-    assert_eq!(kit.cm_value("cfg", "version").await.as_deref(), Some("good"));
+    assert_eq!(
+        kit.cm_value("cfg", "version").await.as_deref(),
+        Some("good")
+    );
     let last = kit.records().await.pop().expect("record");
     assert_eq!(last.spec.source.path, good.path);
     assert_eq!(last.phase(), Some(Phase::Active));

@@ -71,7 +71,12 @@ async fn create_update_unchanged_delete_with_field_diff_and_no_writes() {
     assert!(!dropped.destructive);
     assert!(plan.prune.iter().any(|o| o.key.name == "dropped"));
     assert_eq!(
-        (plan.counts.create, plan.counts.update, plan.counts.unchanged, plan.counts.delete),
+        (
+            plan.counts.create,
+            plan.counts.update,
+            plan.counts.unchanged,
+            plan.counts.delete
+        ),
         (1, 1, 1, 1)
     );
 
@@ -96,7 +101,10 @@ async fn immutable_field_plans_a_replace_naming_the_field() {
         &json!({"selector": {"matchLabels": {"app": "web"}}}),
     )]);
     kit.deploy(&first).await;
-    let uid = kit.get("apps/v1", "Deployment", "web").await.expect("deployed")["metadata"]["uid"]
+    let uid = kit
+        .get("apps/v1", "Deployment", "web")
+        .await
+        .expect("deployed")["metadata"]["uid"]
         .clone();
 
     // A different selector (and matching template labels): immutable.
@@ -135,12 +143,19 @@ async fn immutable_field_plans_a_replace_naming_the_field() {
     assert!(matches!(err, EngineError::NeedsAcceptance(_)), "{err}");
     assert!(err.to_string().contains("spec.selector"), "{err}");
     let writes = kit.writes(mark);
-    assert!(writes.is_empty(), "refused deploy wrote:\n{}", describe(&writes));
+    assert!(
+        writes.is_empty(),
+        "refused deploy wrote:\n{}",
+        describe(&writes)
+    );
 
     let mut options = kit.options();
     options.accept_migrations = true;
     kit.deploy_opts(&second, &options).await;
-    let live = kit.get("apps/v1", "Deployment", "web").await.expect("replaced");
+    let live = kit
+        .get("apps/v1", "Deployment", "web")
+        .await
+        .expect("replaced");
     assert_ne!(live["metadata"]["uid"], uid, "replaced means a new object");
     assert_eq!(live["spec"]["selector"]["matchLabels"]["tier"], "front");
     let record = kit.records().await.pop().expect("record");
@@ -160,8 +175,11 @@ async fn immutable_field_plans_a_replace_naming_the_field() {
 #[tokio::test]
 async fn an_unlabelled_object_is_adopted_after_acceptance() {
     let kit = Kit::new("plan-adopt").await;
-    let cms: Api<DynamicObject> =
-        Api::namespaced_with(kit.env.client.clone(), kit.ns(), &resource("v1", "ConfigMap"));
+    let cms: Api<DynamicObject> = Api::namespaced_with(
+        kit.env.client.clone(),
+        kit.ns(),
+        &resource("v1", "ConfigMap"),
+    );
     let existing: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "legacy", "labels": {"team": "x"}},
@@ -177,10 +195,9 @@ async fn an_unlabelled_object_is_adopted_after_acceptance() {
     let legacy = find(&plan, "ConfigMap", "legacy");
     assert_eq!(legacy.action, Action::Adopt, "{legacy:#?}");
     assert!(
-        legacy
-            .changes
-            .iter()
-            .any(|c| c.path == "data.x" && c.old == Some(json!("old")) && c.new == Some(json!("new"))),
+        legacy.changes.iter().any(|c| c.path == "data.x"
+            && c.old == Some(json!("old"))
+            && c.new == Some(json!("new"))),
         "{:#?}",
         legacy.changes
     );
@@ -196,7 +213,10 @@ async fn an_unlabelled_object_is_adopted_after_acceptance() {
     kit.deploy_opts(&built, &options).await;
     let live = kit.get("v1", "ConfigMap", "legacy").await.expect("cm");
     assert_eq!(live["data"]["x"], "new");
-    assert_eq!(live["metadata"]["labels"]["app.kubernetes.io/managed-by"], "kix");
+    assert_eq!(
+        live["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "kix"
+    );
     assert_eq!(
         live["metadata"]["labels"]["kix.run/owner"],
         kix_api::owner_value("", "ConfigMap", Some(kit.ns()), "legacy")
@@ -214,13 +234,20 @@ async fn a_field_of_another_manager_is_a_conflict_until_forced() {
     kit.deploy(&first).await;
 
     // Another field manager takes data.x with server-side apply.
-    let cms: Api<DynamicObject> =
-        Api::namespaced_with(kit.env.client.clone(), kit.ns(), &resource("v1", "ConfigMap"));
+    let cms: Api<DynamicObject> = Api::namespaced_with(
+        kit.env.client.clone(),
+        kit.ns(),
+        &resource("v1", "ConfigMap"),
+    );
     let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "shared"}, "data": {"x": "theirs"}});
-    cms.patch("shared", &PatchParams::apply("other").force(), &Patch::Apply(&theirs))
-        .await
-        .expect("other manager applies data.x");
+    cms.patch(
+        "shared",
+        &PatchParams::apply("other").force(),
+        &Patch::Apply(&theirs),
+    )
+    .await
+    .expect("other manager applies data.x");
 
     let second = kit.simple(&[configmap("shared", &[("x", "2"), ("y", "2")])]);
     let mark = audit::mark().expect("mark");
@@ -237,7 +264,11 @@ async fn a_field_of_another_manager_is_a_conflict_until_forced() {
     let err = expect_err(kit.try_deploy(&second, &kit.options()).await);
     assert!(matches!(err, EngineError::Conflicts(_)), "{err}");
     let writes = kit.writes(mark);
-    assert!(writes.is_empty(), "refused deploy wrote:\n{}", describe(&writes));
+    assert!(
+        writes.is_empty(),
+        "refused deploy wrote:\n{}",
+        describe(&writes)
+    );
     assert_eq!(kit.cm_value("shared", "x").await.as_deref(), Some("theirs"));
     assert_eq!(kit.cm_value("shared", "y").await.as_deref(), Some("1"));
 
@@ -262,9 +293,17 @@ async fn a_field_of_another_manager_is_a_conflict_until_forced() {
         .as_array()
         .expect("managedFields")
         .iter()
-        .map(|m| (m["manager"].as_str().unwrap_or_default().to_string(), m["fieldsV1"].to_string()))
+        .map(|m| {
+            (
+                m["manager"].as_str().unwrap_or_default().to_string(),
+                m["fieldsV1"].to_string(),
+            )
+        })
         .collect();
-    assert!(managers["kix"].contains("f:x"), "kix owns data.x: {managers:?}");
+    assert!(
+        managers["kix"].contains("f:x"),
+        "kix owns data.x: {managers:?}"
+    );
     assert!(
         !managers.get("other").is_some_and(|f| f.contains("f:x")),
         "the other manager lost data.x: {managers:?}"
@@ -279,8 +318,10 @@ async fn secret_values_never_appear_in_the_plan() {
     let old_b64 = "aHVudGVyMi1vbGQ=";
     let new_b64 = "aHVudGVyMi1uZXc=";
     let secret = |data: serde_json::Value| {
-        yaml(&json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
-            "type": "Opaque", "data": data}))
+        yaml(
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
+            "type": "Opaque", "data": data}),
+        )
     };
     let first = kit.simple(&[secret(json!({"password": old_b64}))]);
     kit.deploy(&first).await;
@@ -331,7 +372,10 @@ async fn secret_values_never_appear_in_the_plan() {
         "adopted-plaintext-value",
         "YWRvcHRlZC1wbGFpbnRleHQtdmFsdWU=",
     ] {
-        assert!(!text.contains(secret_text), "{secret_text} in plan JSON: {text}");
+        assert!(
+            !text.contains(secret_text),
+            "{secret_text} in plan JSON: {text}"
+        );
         assert!(
             !debug.contains(secret_text),
             "{secret_text} in the plan's objects: {debug}"
@@ -359,8 +403,10 @@ async fn a_custom_resource_whose_crd_is_in_the_build_plans_and_deploys() {
         }
     }));
     let widget = |size: i64| {
-        yaml(&json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
-            "metadata": {"name": "w1"}, "spec": {"size": size}}))
+        yaml(
+            &json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+            "metadata": {"name": "w1"}, "spec": {"size": size}}),
+        )
     };
     // The CRD sits in the last package: it is still applied first.
     let first = kit.build(&[
@@ -370,7 +416,10 @@ async fn a_custom_resource_whose_crd_is_in_the_build_plans_and_deploys() {
     let mark = audit::mark().expect("mark");
     let plan = kit.plan(&first, &prune()).await;
     assert!(kit.writes(mark).is_empty());
-    assert_eq!(find(&plan, "CustomResourceDefinition", &crd_name).action, Action::Create);
+    assert_eq!(
+        find(&plan, "CustomResourceDefinition", &crd_name).action,
+        Action::Create
+    );
     let w = find(&plan, "Widget", "w1");
     assert_eq!(w.action, Action::Create);
     assert_eq!(w.key.namespace.as_deref(), Some(kit.ns()));
@@ -379,19 +428,30 @@ async fn a_custom_resource_whose_crd_is_in_the_build_plans_and_deploys() {
     kit.deploy(&first).await;
     let requests = kit.requests(mark);
     let crd_at = position(&requests, |r| {
-        r.is_write() && r.resource == "customresourcedefinitions" && r.name.as_deref() == Some(crd_name.as_str())
+        r.is_write()
+            && r.resource == "customresourcedefinitions"
+            && r.name.as_deref() == Some(crd_name.as_str())
     })
     .expect("CRD applied");
-    let widget_at = position(&requests, |r| r.is_write() && r.resource == "widgets")
-        .expect("widget applied");
-    assert!(crd_at < widget_at, "CRD before its resource:\n{}", describe(&requests));
+    let widget_at =
+        position(&requests, |r| r.is_write() && r.resource == "widgets").expect("widget applied");
+    assert!(
+        crd_at < widget_at,
+        "CRD before its resource:\n{}",
+        describe(&requests)
+    );
     let live = kit
         .get_in(&format!("{group}/v1"), "Widget", Some(kit.ns()), "w1")
         .await
         .expect("widget exists");
     assert_eq!(live["spec"]["size"], 1);
     let crd_live = kit
-        .get_in("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, &crd_name)
+        .get_in(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            None,
+            &crd_name,
+        )
         .await
         .expect("crd");
     assert!(
@@ -404,15 +464,27 @@ async fn a_custom_resource_whose_crd_is_in_the_build_plans_and_deploys() {
     );
 
     // With the CRD installed, the custom resource is diffed like any object.
-    let second = kit.build(&[Pkg::new("app", &[widget(2), configmap("cfg", &[("k", "v")])]), Pkg::new("crds", &[crd])]);
+    let second = kit.build(&[
+        Pkg::new("app", &[widget(2), configmap("cfg", &[("k", "v")])]),
+        Pkg::new("crds", &[crd]),
+    ]);
     let plan = kit.plan(&second, &prune()).await;
     let w = find(&plan, "Widget", "w1");
     assert_eq!(w.action, Action::Update);
-    assert!(w.changes.iter().any(|c| c.path == "spec.size"), "{:#?}", w.changes);
-    assert_eq!(find(&plan, "CustomResourceDefinition", &crd_name).action, Action::Unchanged);
+    assert!(
+        w.changes.iter().any(|c| c.path == "spec.size"),
+        "{:#?}",
+        w.changes
+    );
+    assert_eq!(
+        find(&plan, "CustomResourceDefinition", &crd_name).action,
+        Action::Unchanged
+    );
     kit.deploy(&second).await;
     assert_eq!(
-        kit.get_in(&format!("{group}/v1"), "Widget", Some(kit.ns()), "w1").await.expect("w")["spec"]["size"],
+        kit.get_in(&format!("{group}/v1"), "Widget", Some(kit.ns()), "w1")
+            .await
+            .expect("w")["spec"]["size"],
         2
     );
     kit.cleanup().await;
@@ -444,7 +516,14 @@ async fn one_list_per_kind_and_no_get_per_object() {
     // Reconcile mode: still one LIST per kind, not one GET per object.
     let mark = audit::mark().expect("mark");
     let plan = kit
-        .plan(&built, &PlanOptions { reconcile: true, prune: true, ..Default::default() })
+        .plan(
+            &built,
+            &PlanOptions {
+                reconcile: true,
+                prune: true,
+                ..Default::default()
+            },
+        )
         .await;
     assert_eq!(plan.counts.unchanged, 50, "{:?}", plan.counts);
     check_requests(&kit, mark, "planning 50 ConfigMaps with reconcile");
@@ -466,11 +545,20 @@ fn check_requests(kit: &Kit, mark: audit::Mark, what: &str) {
         .iter()
         .filter(|r| r.verb == "get" && r.resource == "configmaps")
         .count();
-    assert_eq!(cm_gets, 0, "{what}: GET per object:\n{}", describe(&requests));
+    assert_eq!(
+        cm_gets,
+        0,
+        "{what}: GET per object:\n{}",
+        describe(&requests)
+    );
     let writes: Vec<_> = requests.iter().filter(|r| r.is_write()).cloned().collect();
     assert!(writes.is_empty(), "{what}: writes:\n{}", describe(&writes));
     // Besides the dry-runs of changed objects, a handful of requests whatever
     // the number of objects.
     let other = requests.iter().filter(|r| !r.dry_run).count();
-    assert!(other < 15, "{what}: {other} requests:\n{}", describe(&requests));
+    assert!(
+        other < 15,
+        "{what}: {other} requests:\n{}",
+        describe(&requests)
+    );
 }

@@ -61,10 +61,7 @@ async fn a_dropped_object_is_deleted_after_apply_and_health_recorded_first() {
     ]))
     .await;
 
-    let second = kit.simple(&[
-        configmap("keep", &[("v", "2")]),
-        deployment("web", true),
-    ]);
+    let second = kit.simple(&[configmap("keep", &[("v", "2")]), deployment("web", true)]);
     let plan = kit.plan(&second, &prune()).await;
     let (watch, seen) = watch_record(kit.env.client.clone(), plan.activation.clone());
     // Let the watch start before the record exists.
@@ -82,15 +79,23 @@ async fn a_dropped_object_is_deleted_after_apply_and_health_recorded_first() {
     // Order: the applies and the health wait, the record naming the set, then
     // the delete.
     let requests = kit.requests(mark);
-    let delete_at = position(&requests, |r| r.verb == "delete" && r.name.as_deref() == Some("gone"))
-        .unwrap_or_else(|| panic!("no delete:\n{}", describe(&requests)));
+    let delete_at = position(&requests, |r| {
+        r.verb == "delete" && r.name.as_deref() == Some("gone")
+    })
+    .unwrap_or_else(|| panic!("no delete:\n{}", describe(&requests)));
     let web_at = position(&requests, |r| {
         r.is_write() && r.resource == "deployments" && r.name.as_deref() == Some("web")
     })
     .expect("web applied");
-    let keep_at = position(&requests, |r| r.is_write() && r.name.as_deref() == Some("keep"))
-        .expect("keep applied");
-    assert!(web_at < delete_at && keep_at < delete_at, "{}", describe(&requests));
+    let keep_at = position(&requests, |r| {
+        r.is_write() && r.name.as_deref() == Some("keep")
+    })
+    .expect("keep applied");
+    assert!(
+        web_at < delete_at && keep_at < delete_at,
+        "{}",
+        describe(&requests)
+    );
     let record_write_before_delete = requests[web_at..delete_at]
         .iter()
         .any(|r| r.resource == "activations" && r.is_write());
@@ -138,8 +143,11 @@ async fn prune_disabled_and_unowned_objects_are_kept() {
         .expect("activation");
 
     // A user disables pruning of one object.
-    let cms: Api<DynamicObject> =
-        Api::namespaced_with(kit.env.client.clone(), kit.ns(), &resource("v1", "ConfigMap"));
+    let cms: Api<DynamicObject> = Api::namespaced_with(
+        kit.env.client.clone(),
+        kit.ns(),
+        &resource("v1", "ConfigMap"),
+    );
     cms.patch(
         "disabled",
         &PatchParams::default(),
@@ -160,10 +168,11 @@ async fn prune_disabled_and_unowned_objects_are_kept() {
         "data": {"k": "v"}
     }))
     .expect("child");
-    cms.create(&PostParams::default(), &child).await.expect("child");
+    cms.create(&PostParams::default(), &child)
+        .await
+        .expect("child");
     assert_eq!(
-        kit.get("v1", "ConfigMap", "child").await.expect("child")["metadata"]["annotations"]
-            ["kix.run/activations"],
+        kit.get("v1", "ConfigMap", "child").await.expect("child")["metadata"]["annotations"]["kix.run/activations"],
         first_name.as_str()
     );
 
@@ -237,8 +246,11 @@ async fn orphan_mode_leaves_the_replicaset_behind() {
         configmap("cfg", &[("k", "v")]),
     ]))
     .await;
-    let rs_api: Api<DynamicObject> =
-        Api::namespaced_with(kit.env.client.clone(), kit.ns(), &resource("apps/v1", "ReplicaSet"));
+    let rs_api: Api<DynamicObject> = Api::namespaced_with(
+        kit.env.client.clone(),
+        kit.ns(),
+        &resource("apps/v1", "ReplicaSet"),
+    );
     let selector = ListParams::default().labels("app=orphaned");
     let rs = eventually("the ReplicaSet", Duration::from_secs(30), || async {
         rs_api
@@ -265,18 +277,29 @@ async fn orphan_mode_leaves_the_replicaset_behind() {
         .deploy_opts(&kit.simple(&[configmap("cfg", &[("k", "v")])]), &options)
         .await;
     assert_eq!(outcome.pruned, 1);
-    eventually("the Deployment deleted", Duration::from_secs(30), || async {
-        kit.get("apps/v1", "Deployment", "orphaned").await.is_none().then_some(())
-    })
+    eventually(
+        "the Deployment deleted",
+        Duration::from_secs(30),
+        || async {
+            kit.get("apps/v1", "Deployment", "orphaned")
+                .await
+                .is_none()
+                .then_some(())
+        },
+    )
     .await;
     // Orphaned: it stays, without an owner reference to the Deployment.
-    let rs = eventually("the orphaned ReplicaSet released", Duration::from_secs(30), || async {
-        let rs = kit.get("apps/v1", "ReplicaSet", &rs_name).await?;
-        rs["metadata"]["ownerReferences"]
-            .as_array()
-            .is_none_or(|o| o.is_empty())
-            .then_some(rs)
-    })
+    let rs = eventually(
+        "the orphaned ReplicaSet released",
+        Duration::from_secs(30),
+        || async {
+            let rs = kit.get("apps/v1", "ReplicaSet", &rs_name).await?;
+            rs["metadata"]["ownerReferences"]
+                .as_array()
+                .is_none_or(|o| o.is_empty())
+                .then_some(rs)
+        },
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
@@ -289,7 +312,8 @@ async fn orphan_mode_leaves_the_replicaset_behind() {
 #[tokio::test]
 async fn an_empty_build_refuses_to_prune_everything_unless_allowed() {
     let kit = Kit::new("prune-empty").await;
-    kit.deploy(&kit.simple(&[configmap("cfg", &[("k", "v")])])).await;
+    kit.deploy(&kit.simple(&[configmap("cfg", &[("k", "v")])]))
+        .await;
     let empty = kit.build(&[]);
     assert_eq!(empty.build.object_count(), 0);
 
@@ -342,7 +366,11 @@ async fn destructive_deletions_need_acceptance() {
     let keep = configmap("keep", &[("k", "v")]);
     let first = kit.simple(&[crd, namespace(&extra), pv.clone(), pvc, keep.clone()]);
     kit.deploy(&first).await;
-    assert!(kit.get("v1", "PersistentVolumeClaim", "data").await.is_some());
+    assert!(
+        kit.get("v1", "PersistentVolumeClaim", "data")
+            .await
+            .is_some()
+    );
 
     let second = kit.simple(&[pv, keep]);
     let plan = kit.plan(&second, &prune()).await;
@@ -374,16 +402,25 @@ async fn destructive_deletions_need_acceptance() {
     options.accept_migrations = true;
     let outcome = kit.deploy_opts(&second, &options).await;
     assert_eq!(outcome.pruned, 3, "{outcome:?}");
-    eventually("the destructive deletions", Duration::from_secs(60), || async {
-        let crd = kit
-            .get_in("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, &crd_name)
-            .await;
-        let ns = kit.get_in("v1", "Namespace", None, &extra).await;
-        let ns_gone = ns.is_none_or(|ns| ns["metadata"]["deletionTimestamp"].is_string());
-        let pvc = kit.get("v1", "PersistentVolumeClaim", "data").await;
-        let pvc_gone = pvc.is_none_or(|p| p["metadata"]["deletionTimestamp"].is_string());
-        (crd.is_none() && ns_gone && pvc_gone).then_some(())
-    })
+    eventually(
+        "the destructive deletions",
+        Duration::from_secs(60),
+        || async {
+            let crd = kit
+                .get_in(
+                    "apiextensions.k8s.io/v1",
+                    "CustomResourceDefinition",
+                    None,
+                    &crd_name,
+                )
+                .await;
+            let ns = kit.get_in("v1", "Namespace", None, &extra).await;
+            let ns_gone = ns.is_none_or(|ns| ns["metadata"]["deletionTimestamp"].is_string());
+            let pvc = kit.get("v1", "PersistentVolumeClaim", "data").await;
+            let pvc_gone = pvc.is_none_or(|p| p["metadata"]["deletionTimestamp"].is_string());
+            (crd.is_none() && ns_gone && pvc_gone).then_some(())
+        },
+    )
     .await;
     // Cleanup of the cluster-scoped PV the build still has.
     let pvs: Api<DynamicObject> =
@@ -429,7 +466,10 @@ async fn two_kix_clusters_share_a_namespace() {
                 .unwrap_or_default(),
         )
     };
-    let live = kit.get_in("v1", "Namespace", None, &shared).await.expect("ns");
+    let live = kit
+        .get_in("v1", "Namespace", None, &shared)
+        .await
+        .expect("ns");
     assert_eq!(
         annotation(live),
         [a1.clone(), b1.clone()].into_iter().collect(),
@@ -465,10 +505,16 @@ async fn two_kix_clusters_share_a_namespace() {
         "metadata": {"name": shared, "labels": {"team": "b"}}}));
     let b2 = kit.build_for(
         &cluster_b,
-        &[Pkg::new("shared", &[configmap("from-b", &[("k", "v")]), labelled])],
+        &[Pkg::new(
+            "shared",
+            &[configmap("from-b", &[("k", "v")]), labelled],
+        )],
     );
     kit.deploy(&b2).await;
-    let live = kit.get_in("v1", "Namespace", None, &shared).await.expect("ns");
+    let live = kit
+        .get_in("v1", "Namespace", None, &shared)
+        .await
+        .expect("ns");
     assert_eq!(live["metadata"]["labels"]["team"], "b");
 
     // B drops it too: deleted (destructive, so accepted).
@@ -491,9 +537,13 @@ async fn two_kix_clusters_share_a_namespace() {
 #[tokio::test]
 async fn deletions_run_in_reverse_apply_order() {
     let kit = Kit::new("prune-order").await;
-    let sa = yaml(&json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "runner"}}));
-    let svc = yaml(&json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}));
+    let sa = yaml(
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "runner"}}),
+    );
+    let svc = yaml(
+        &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+    );
     kit.deploy(&kit.build(&[
         Pkg::new("base", &[sa, configmap("cfg", &[("k", "v")])]),
         Pkg::new("app", &[deployment("web", true), svc]).depends_on(&["base"]),

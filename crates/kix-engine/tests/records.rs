@@ -52,14 +52,20 @@ async fn records_are_numbered_phased_and_carry_a_receipt() {
         .expect("record settles")
         .expect("watch task");
     assert_eq!(phases, [Phase::Pending, Phase::Applying, Phase::Active]);
-    assert_eq!(outcome.activation.as_deref(), Some(plan.activation.as_str()));
+    assert_eq!(
+        outcome.activation.as_deref(),
+        Some(plan.activation.as_str())
+    );
 
     let record = kit.record(&plan.activation).await;
     assert_eq!(record.cluster_name(), kit.cluster());
     assert_eq!(record.spec.source.path, first.path);
     assert_eq!(record.spec.engine, Engine::Local);
     let receipt = &record.spec.receipt;
-    assert!(!receipt.user.is_empty() && !receipt.host.is_empty(), "{receipt:?}");
+    assert!(
+        !receipt.user.is_empty() && !receipt.host.is_empty(),
+        "{receipt:?}"
+    );
     assert_eq!(receipt.kix_version, env!("CARGO_PKG_VERSION"));
     assert_eq!(receipt.plan_digest, plan.digest);
     assert_eq!(receipt.counts.create, 2);
@@ -69,7 +75,10 @@ async fn records_are_numbered_phased_and_carry_a_receipt() {
     );
     let status = record.status.clone().expect("status");
     assert_eq!(status.objects, Some(2));
-    assert!(status.kinds.iter().any(|k| k == "v1/ConfigMap"), "{status:?}");
+    assert!(
+        status.kinds.iter().any(|k| k == "v1/ConfigMap"),
+        "{status:?}"
+    );
     assert!(
         status
             .conditions
@@ -92,10 +101,7 @@ async fn records_are_numbered_phased_and_carry_a_receipt() {
     let third = kit.simple(&[configmap("one", &[("k", "1c")])]);
     kit.deploy(&third).await;
     let records = kit.records().await;
-    let summary: Vec<_> = records
-        .iter()
-        .map(|r| (r.sequence(), r.phase()))
-        .collect();
+    let summary: Vec<_> = records.iter().map(|r| (r.sequence(), r.phase())).collect();
     assert_eq!(
         summary,
         [
@@ -118,9 +124,14 @@ async fn a_concurrent_deploy_fails_naming_the_holder_until_the_lease_expires() {
         renew_every: Duration::from_secs(1),
     };
     let holder = "ci-runner@build-host pid 4242";
-    let held = DeployLease::acquire(kit.env.client.clone(), kit.cluster(), holder, lease_options.clone())
-        .await
-        .expect("acquire");
+    let held = DeployLease::acquire(
+        kit.env.client.clone(),
+        kit.cluster(),
+        holder,
+        lease_options.clone(),
+    )
+    .await
+    .expect("acquire");
 
     let built = kit.simple(&[configmap("cfg", &[("k", "v")])]);
     let mut options = kit.options();
@@ -160,7 +171,11 @@ async fn a_concurrent_deploy_fails_naming_the_holder_until_the_lease_expires() {
         }
     };
     assert_eq!(outcome.phase, Phase::Active);
-    assert!(started.elapsed() <= Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() <= Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(kit.cm_value("cfg", "k").await.as_deref(), Some("v"));
     kit.cleanup().await;
 }
@@ -168,7 +183,9 @@ async fn a_concurrent_deploy_fails_naming_the_holder_until_the_lease_expires() {
 #[tokio::test]
 async fn current_activation_guard_refuses_with_nothing_written() {
     let kit = Kit::new("records-current").await;
-    let first = kit.deploy(&kit.simple(&[configmap("cfg", &[("k", "1")])])).await;
+    let first = kit
+        .deploy(&kit.simple(&[configmap("cfg", &[("k", "1")])]))
+        .await;
     let current = first.activation.expect("activation");
     let second = kit.simple(&[configmap("cfg", &[("k", "2")])]);
 
@@ -177,7 +194,9 @@ async fn current_activation_guard_refuses_with_nothing_written() {
     let mark = audit::mark().expect("mark");
     let err = expect_err(kit.try_deploy(&second, &options).await);
     match &err {
-        EngineError::NotCurrent { expected, found, .. } => {
+        EngineError::NotCurrent {
+            expected, found, ..
+        } => {
             assert_eq!(expected, &format!("{}-7", kit.cluster()));
             assert_eq!(found, &current);
         }
@@ -196,11 +215,17 @@ async fn current_activation_guard_refuses_with_nothing_written() {
 #[tokio::test]
 async fn a_record_left_applying_is_failed_by_the_next_deploy_which_converges() {
     let kit = Kit::new("records-stale").await;
-    let build1 = kit.simple(&[configmap("cfg", &[("k", "1")]), configmap("old", &[("k", "v")])]);
+    let build1 = kit.simple(&[
+        configmap("cfg", &[("k", "1")]),
+        configmap("old", &[("k", "v")]),
+    ]);
     kit.deploy(&build1).await;
 
     // A deploy of build2 was killed mid-apply: its record still says Applying.
-    let build2 = kit.simple(&[configmap("cfg", &[("k", "2")]), configmap("new", &[("k", "v")])]);
+    let build2 = kit.simple(&[
+        configmap("cfg", &[("k", "2")]),
+        configmap("new", &[("k", "v")]),
+    ]);
     let spec = ActivationSpec {
         cluster: kit.cluster().to_string(),
         source: Source {

@@ -88,9 +88,8 @@ impl VersionRange {
         let mut range = VersionRange::any();
         let mut tokens = text.split_whitespace();
         while let Some(token) = tokens.next() {
-            let (op, rest) = split_operator(token).ok_or_else(|| {
-                format!("{text:?}: {token:?} has no operator (>=, >, <=, <, =)")
-            })?;
+            let (op, rest) = split_operator(token)
+                .ok_or_else(|| format!("{text:?}: {token:?} has no operator (>=, >, <=, <, =)"))?;
             let version = if rest.is_empty() {
                 tokens
                     .next()
@@ -158,20 +157,22 @@ impl VersionRange {
     }
 
     pub fn contains(&self, version: &str) -> bool {
-        let above = self.lower.as_ref().is_none_or(|lo| {
-            match compare_versions(version, &lo.version) {
-                Ordering::Greater => true,
-                Ordering::Equal => lo.inclusive,
-                Ordering::Less => false,
-            }
-        });
-        let below = self.upper.as_ref().is_none_or(|hi| {
-            match compare_versions(version, &hi.version) {
-                Ordering::Less => true,
-                Ordering::Equal => hi.inclusive,
-                Ordering::Greater => false,
-            }
-        });
+        let above =
+            self.lower
+                .as_ref()
+                .is_none_or(|lo| match compare_versions(version, &lo.version) {
+                    Ordering::Greater => true,
+                    Ordering::Equal => lo.inclusive,
+                    Ordering::Less => false,
+                });
+        let below =
+            self.upper
+                .as_ref()
+                .is_none_or(|hi| match compare_versions(version, &hi.version) {
+                    Ordering::Less => true,
+                    Ordering::Equal => hi.inclusive,
+                    Ordering::Greater => false,
+                });
         above && below
     }
 }

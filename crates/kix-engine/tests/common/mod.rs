@@ -150,7 +150,11 @@ impl Kit {
     }
 
     /// Plan (with the matching plan options) and deploy.
-    pub async fn try_deploy(&self, built: &Built, options: &DeployOptions) -> Result<DeployOutcome> {
+    pub async fn try_deploy(
+        &self,
+        built: &Built,
+        options: &DeployOptions,
+    ) -> Result<DeployOutcome> {
         self.try_deploy_with(built, false, options).await
     }
 
@@ -219,7 +223,14 @@ impl Kit {
 
     /// A live object of the test namespace (None when it does not exist).
     pub async fn get(&self, api_version: &str, kind: &str, name: &str) -> Option<Value> {
-        get_object(&self.env.client, api_version, kind, Some(&self.env.namespace), name).await
+        get_object(
+            &self.env.client,
+            api_version,
+            kind,
+            Some(&self.env.namespace),
+            name,
+        )
+        .await
     }
 
     pub async fn get_in(
@@ -306,7 +317,10 @@ pub fn resource(api_version: &str, kind: &str) -> ApiResource {
     } else {
         format!("{lower}s")
     };
-    ApiResource::from_gvk_with_plural(&kube::core::GroupVersionKind::gvk(group, version, kind), &plural)
+    ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(group, version, kind),
+        &plural,
+    )
 }
 
 pub async fn get_object(
@@ -379,7 +393,9 @@ pub fn write_tree(root: &Path, cluster: &str, default_ns: &str, packages: &[Pkg]
 
 pub fn configmap(name: &str, data: &[(&str, &str)]) -> String {
     let data: BTreeMap<&str, &str> = data.iter().copied().collect();
-    yaml(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}))
+    yaml(
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}),
+    )
 }
 
 pub fn configmap_in(ns: &str, name: &str, data: &[(&str, &str)]) -> String {
@@ -417,7 +433,9 @@ pub fn deployment_with(name: &str, available: bool, extra_spec: &Value) -> Strin
             spec.insert(k.clone(), v.clone());
         }
     }
-    yaml(&json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name}, "spec": spec}))
+    yaml(
+        &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name}, "spec": spec}),
+    )
 }
 
 pub fn yaml(value: &Value) -> String {
