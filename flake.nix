@@ -72,29 +72,45 @@
               pname,
               package,
               description,
+              extra ? { },
             }:
-            buildWorkspace pkgs {
-              inherit pname;
-              cargoBuildFlags = [
-                "--package"
-                package
-                "--bin"
-                pname
-              ];
-              meta = {
-                inherit description;
-                homepage = "https://github.com/kix-run/kix";
-                license = lib.licenses.asl20;
-                platforms = lib.platforms.linux;
-                mainProgram = pname;
-              };
-            };
+            buildWorkspace pkgs (
+              {
+                inherit pname;
+                cargoBuildFlags = [
+                  "--package"
+                  package
+                  "--bin"
+                  pname
+                ];
+                meta = {
+                  inherit description;
+                  homepage = "https://github.com/kix-run/kix";
+                  license = lib.licenses.asl20;
+                  platforms = lib.platforms.linux;
+                  mainProgram = pname;
+                };
+              }
+              // extra
+            );
         in
         rec {
           kix = crate {
             pname = "kix";
             package = "kix-cli";
             description = "Deploy Kubernetes resources that Nix builds";
+            # Shell completions and the man page, from the binary itself.
+            extra = {
+              nativeBuildInputs = [ pkgs.installShellFiles ];
+              postInstall = lib.optionalString (pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform) ''
+                installShellCompletion --cmd kix \
+                  --bash <($out/bin/kix completions bash) \
+                  --fish <($out/bin/kix completions fish) \
+                  --zsh <($out/bin/kix completions zsh)
+                $out/bin/kix man > kix.1
+                installManPage kix.1
+              '';
+            };
           };
           kix-operator = crate {
             pname = "kix-operator";

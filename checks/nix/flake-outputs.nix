@@ -122,6 +122,11 @@ in
     members = map toString kix.stubArgs.src.fileset.members;
   };
   bothBinariesShareTheSource = eq kix.stubArgs.src operator.stubArgs.src;
+  kixShipsCompletionsAndManPage = ok (
+    has "installShellCompletion --cmd kix" kix.stubArgs.postInstall
+    && has "kix man > kix.1" kix.stubArgs.postInstall
+    && builtins.elem common.pkgs.installShellFiles kix.stubArgs.nativeBuildInputs
+  );
 
   crdsIsDeployCrdsYaml = ok (
     packages.crds.name == "kix-crds.yaml" && has "crds.yaml $out" packages.crds.text

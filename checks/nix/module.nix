@@ -376,6 +376,33 @@ in
     events = verbsFor recordsRole "events";
     wildcards = builtins.any (r: builtins.elem "*" (r.verbs ++ r.resources ++ r.apiGroups)) recordsRole.rules;
   };
+  rbacCrdsReadAllWriteOwn = eq {
+    read = [
+      "get"
+      "list"
+      "watch"
+    ];
+    write = [
+      {
+        resourceNames = [
+          "activations.kix.run"
+          "packageinstances.kix.run"
+        ];
+        verbs = [
+          "patch"
+          "update"
+        ];
+      }
+    ];
+  } {
+    read = sorted (
+      lib.concatMap (r: if r ? resourceNames then [ ] else r.verbs) (rulesFor recordsRole "customresourcedefinitions")
+    );
+    write = map (r: { inherit (r) resourceNames verbs; }) (
+      builtins.filter (r: r ? resourceNames) (rulesFor recordsRole "customresourcedefinitions")
+    );
+  };
+  noReadRoleWhenClusterWide = eq [ ] (find objects "ClusterRole" "kix-operator-read");
   rbacLeasesInLeaseNamespace = eq {
     namespace = "kube-system";
     resources = [ "leases" ];
@@ -439,6 +466,19 @@ in
       "apps"
       "web"
     ];
+    # reads of the same kinds stay cluster-wide (LIST/WATCH per kind)
+    readRules = [
+      {
+        apiGroups = [ "*" ];
+        resources = [ "*" ];
+        verbs = [
+          "get"
+          "list"
+          "watch"
+        ];
+      }
+    ];
+    readBound = "ClusterRole/kix-operator-read";
     clusterWideApply = false;
     clusterApply = "ClusterRole/kix-operator-apply-cluster";
     namespaces = [
@@ -448,6 +488,12 @@ in
     ];
   } {
     roleBindings = sorted (map (o: o.metadata.namespace) (find restrictedObjects "RoleBinding" "kix-operator-apply"));
+    readRules = (one restrictedObjects "ClusterRole" "kix-operator-read").rules;
+    readBound =
+      let
+        b = one restrictedObjects "ClusterRoleBinding" "kix-operator-read";
+      in
+      "${b.roleRef.kind}/${b.roleRef.name}";
     clusterWideApply = find restrictedObjects "ClusterRoleBinding" "kix-operator-apply" != [ ];
     clusterApply =
       let

@@ -117,7 +117,11 @@ pkgs.testers.runNixOSTest {
             # The container sees the host store (read-only) and nix-store
             # inside it talks to the host's nix-daemon.
             machine.succeed(f"podman exec kix-operator nix-store --check-validity {cluster}")
-            machine.fail("podman exec kix-operator touch /nix/store/kix-test-write")
+            mounts = machine.succeed(
+                "podman inspect kix-operator"
+                " --format '{{range .Mounts}}{{.Destination}}:{{.RW}} {{end}}'"
+            )
+            assert "/nix/store:false" in mounts.split(), mounts
 
     with subtest("kix deploy --operator"):
         machine.succeed(f"{kix} build demo --path {cluster}")

@@ -36,7 +36,13 @@ let
 
   pkgs = {
     inherit lib system;
-    stdenv.hostPlatform.system = system;
+    stdenv = {
+      hostPlatform.system = system;
+      buildPlatform = {
+        inherit system;
+        canExecute = platform: platform.system == system;
+      };
+    };
 
     callPackage =
       fn: args:
@@ -108,6 +114,7 @@ let
     "coreutils"
     "curl"
     "go"
+    "installShellFiles"
     "jq"
     "kubectl"
     "nix"

@@ -50,15 +50,10 @@ pub fn mode(enabled: bool, tui: bool) -> Mode {
     }
 }
 
-/// Starts the printer; it ends when every sender is dropped. Bars on a
-/// terminal, plain lines otherwise.
-pub fn start(enabled: bool) -> (UnboundedSender<Event>, JoinHandle<()>) {
-    spawn(mode(enabled, false), None)
-}
-
-/// Like [`start`], with `--tui` honored: the full-screen view shows `plan`
-/// (falls back to bars or plain lines without a terminal). `verb` titles it
-/// (`deploy`, `rollback`).
+/// Starts the progress printer; it ends when every sender is dropped. Bars on
+/// a terminal, plain lines otherwise; with `--tui` the full-screen view shows
+/// `plan` (falling back to bars or plain lines without a terminal). `verb`
+/// titles it (`deploy`, `rollback`).
 pub fn start_ui(
     ui: &TuiArgs,
     plan: &Plan,

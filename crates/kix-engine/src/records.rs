@@ -289,6 +289,16 @@ pub fn recorded_at(record: &Activation) -> chrono::DateTime<chrono::Utc> {
     record.spec.receipt.time
 }
 
+/// Whether the apiserver serves Activation records (kix's CRDs installed).
+pub async fn crds_installed(client: &Client) -> Result<bool> {
+    let api: Api<Activation> = Api::all(client.clone());
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(err) => Err(EngineError::Records(format!("listing activations: {err}"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

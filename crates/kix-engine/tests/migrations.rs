@@ -249,7 +249,8 @@ fn job(name: &str, image: &str) -> String {
     }))
 }
 
-/// Two cluster IPs no Service uses (from the top of the service range).
+/// Two cluster IPs no Service uses, from the static band at the bottom of the
+/// service range (10.0.0.0/24), which the apiserver allocates from last.
 async fn free_cluster_ips(client: &Client) -> (String, String) {
     let services: Api<k8s_openapi::api::core::v1::Service> = Api::all(client.clone());
     let used: Vec<String> = services
@@ -260,9 +261,9 @@ async fn free_cluster_ips(client: &Client) -> (String, String) {
         .into_iter()
         .filter_map(|s| s.spec?.cluster_ip)
         .collect();
-    let start = 150 + (std::process::id() % 50);
-    let mut free = (0..100u32)
-        .map(|i| format!("10.0.0.{}", 150 + (start + i * 7) % 100))
+    let start = std::process::id() % 14;
+    let mut free = (0..14u32)
+        .map(|i| format!("10.0.0.{}", 2 + (start + i) % 14))
         .filter(|ip| !used.contains(ip));
     let a = free.next().expect("a free cluster IP");
     let b = free.next().expect("a second free cluster IP");
@@ -975,6 +976,16 @@ async fn package_instances_follow_install_upgrade_failure_and_removal() {
         ("3.0.0", Some(PackagePhase::Ready))
     );
     assert_eq!(kit.cm_value("a1", "v").await.as_deref(), Some("3"));
+
+    // Back to 2.0.0 (a rollback): a downgrade crosses no migration.
+    let plan = kit.plan(&v3, &plan_options()).await;
+    assert!(plan.migrations.is_empty(), "{:#?}", plan.migrations);
+    recorder.take().await;
+    kit.deploy(&v3).await;
+    let seen = recorder.take().await;
+    assert_eq!(phases(&seen, "a"), ["Upgrading", "Ready"], "{seen:?}");
+    let a = instance(&kit, "a").await.expect("a");
+    assert_eq!(a.spec.version, "2.0.0");
     deletions.abort();
     drop(recorder);
     done(kit).await;

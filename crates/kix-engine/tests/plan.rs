@@ -411,7 +411,7 @@ async fn a_custom_resource_whose_crd_is_in_the_build_plans_and_deploys() {
     // The CRD sits in the last package: it is still applied first.
     let first = kit.build(&[
         Pkg::new("app", &[widget(1), configmap("cfg", &[("k", "v")])]),
-        Pkg::new("crds", &[crd.clone()]),
+        Pkg::new("crds", std::slice::from_ref(&crd)),
     ]);
     let mark = audit::mark().expect("mark");
     let plan = kit.plan(&first, &prune()).await;

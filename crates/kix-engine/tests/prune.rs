@@ -41,11 +41,8 @@ fn watch_record(
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let mut stream = watcher::watcher(api, config).boxed();
         while let Some(event) = stream.next().await {
-            match event {
-                Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
-                    out.lock().expect("lock").push(obj);
-                }
-                _ => {}
+            if let Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) = event {
+                out.lock().expect("lock").push(obj);
             }
         }
     });

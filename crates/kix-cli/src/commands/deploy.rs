@@ -42,6 +42,8 @@ pub struct DeployArgs {
     /// Server-side applies in flight at once.
     #[arg(long, default_value_t = 32)]
     pub concurrency: usize,
+    #[command(flatten)]
+    pub ui: crate::tui::TuiArgs,
     /// Let the in-cluster operator apply: write the Activation record, then
     /// wait for the operator to finish it.
     #[arg(long)]
@@ -158,7 +160,7 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
     {
         return Ok(ExitCode::from(1));
     }
-    let (tx, printer) = progress::start(args.output == OutputFormat::Text);
+    let (tx, printer) = progress::start_ui(&args.ui, &plan, "deploy", args.output == OutputFormat::Text);
     options.events = Some(tx);
     let outcome = kix_engine::deploy::deploy(&client, &build, plan, &options).await;
     drop(options);

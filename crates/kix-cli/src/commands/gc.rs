@@ -31,6 +31,10 @@ pub struct GcArgs {
     /// Do not ask for confirmation.
     #[arg(long, short)]
     pub yes: bool,
+    /// Delete the retired records and let the operator's finalizer release
+    /// their objects; waits up to 300 s per record.
+    #[arg(long)]
+    pub operator: bool,
     /// Output format.
     #[arg(long, short, value_enum, default_value_t)]
     pub output: OutputFormat,
@@ -97,8 +101,14 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
         current_activation: None,
         accept_migrations: false,
     };
+    if args.operator {
+        super::operator::require_records(&client).await?;
+    }
     if !super::deploy::confirm(&confirm, &question)? {
         return Ok(ExitCode::from(1));
+    }
+    if args.operator {
+        return gc_with_operator(&client, &plan).await;
     }
     let holder = kix_engine::deploy::DeployOptions::default().holder;
     let report = kix_engine::gc::execute(&client, &plan, &roots, &format!("{holder} (gc)")).await?;
@@ -219,4 +229,27 @@ fn report_text(report: &GcReport) -> String {
         let _ = writeln!(out, "GC root of {}: {}", f.name, f.reason);
     }
     out
+}
+
+/// `gc --operator`: delete each retired record and wait (up to 300 s each)
+/// for the operator's finalizer to release its objects. A record that could
+/// not be deleted is an error naming what the finalizer reported.
+async fn gc_with_operator(client: &kube::Client, plan: &GcPlan) -> anyhow::Result<ExitCode> {
+    let mut failed = Vec::new();
+    for retired in &plan.retired {
+        let name = &retired.name;
+        kix_engine::records::delete(client, name).await?;
+        match super::operator::wait_deleted(client, name).await {
+            Ok(()) => println!("deleted {name}"),
+            Err(err) => {
+                eprintln!("error: {err:#}");
+                failed.push(name.clone());
+            }
+        }
+    }
+    if failed.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        anyhow::bail!("{} record(s) could not be deleted: {}", failed.len(), failed.join(", "))
+    }
 }

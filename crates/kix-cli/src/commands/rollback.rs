@@ -37,6 +37,10 @@ pub struct RollbackArgs {
     pub force_conflicts: bool,
     #[command(flatten)]
     pub ui: TuiArgs,
+    /// Let the operator apply: point the current record at the target's store
+    /// path, then wait for the operator.
+    #[arg(long)]
+    pub operator: bool,
     /// Output format of the plan and the result.
     #[arg(long, short, value_enum, default_value_t)]
     pub output: OutputFormat,
@@ -94,6 +98,12 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
     let target = select_target(&mine, current, args.to.as_deref(), &args.cluster)?;
     let target_name = target.name_any();
     let path = target.spec.source.path.clone();
+    if args.operator {
+        let Some(current) = current else {
+            bail!("Kix cluster {:?} has no current activation to point at {target_name}'s build", args.cluster);
+        };
+        return rollback_with_operator(&client, &args, current, &target_name, &path).await;
+    }
 
     // Refuse before any change when the build is gone from the store.
     let store_path = StorePath::parse(&path)
@@ -202,4 +212,43 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `rollback --operator`: the current record's spec gets the target's store
+/// path (its generation changes), and the operator applies it like a new build.
+async fn rollback_with_operator(
+    client: &kube::Client,
+    args: &RollbackArgs,
+    current: &Activation,
+    target_name: &str,
+    path: &str,
+) -> anyhow::Result<ExitCode> {
+    use super::operator;
+    operator::warn_local_engine_flags();
+    let name = current.name_any();
+    if let Some(expected) = &args.confirm.current_activation
+        && expected != &name
+    {
+        bail!("--current-activation {expected}: the current activation of Kix cluster {:?} is {name}", args.cluster);
+    }
+    operator::require_records(client).await?;
+    if !super::deploy::confirm(
+        &args.confirm,
+        &format!("Point {name} at {path} (the build of {target_name}) and let the operator apply it?"),
+    )? {
+        return Ok(ExitCode::from(1));
+    }
+    let api: kube::Api<Activation> = kube::Api::all(client.clone());
+    let patch = serde_json::json!({"spec": {
+        "source": {"path": path, "flake": null, "revision": null},
+        "receipt": {"rollbackFrom": name, "time": chrono::Utc::now(), "user": kix_engine::deploy::ReceiptInfo::local().user},
+    }});
+    let updated = api
+        .patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("pointing {name} at {path}"))?;
+    eprintln!("{name} now names {path}; waiting for the operator");
+    let phase = operator::wait_for_operator(client, &name, updated.metadata.generation).await?;
+    println!("{name}: {phase}");
+    Ok(if phase == Phase::Active { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -17,6 +17,10 @@ pub struct StatusArgs {
     /// List Ready objects too (by default only their count per package).
     #[arg(long, short = 'a')]
     pub all: bool,
+    /// Operator mode: the same view (it needs no running operator); reports
+    /// no active activation when the Activation CRD is not installed.
+    #[arg(long)]
+    pub operator: bool,
     /// Output format.
     #[arg(long, short, value_enum, default_value_t)]
     pub output: OutputFormat,
@@ -24,6 +28,18 @@ pub struct StatusArgs {
 
 pub async fn exec(args: StatusArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
     let client = crate::kube_client::client(global, None).await?;
+    if args.operator && !kix_engine::records::crds_installed(&client).await? {
+        match args.output {
+            OutputFormat::Json => print_stdout(&json_text(&serde_json::json!({
+                "cluster": args.cluster, "current": null, "reason": "the Activation CRD is not installed"
+            }))?)?,
+            OutputFormat::Text => print_stdout(&format!(
+                "Kix cluster {}: no active activation (the Activation CRD is not installed)\n",
+                args.cluster
+            ))?,
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let status = kix_engine::status::status(&client, &args.cluster).await?;
     match args.output {
         OutputFormat::Json => print_stdout(&json_text(&status)?)?,
