@@ -2,7 +2,7 @@
 """Profiles a client from the control plane's audit log (every request is
 audited there with its timestamps), for finding where a deploy's time goes.
 
-    audit.py AUDIT_LOG [--from-line N] [--agent SUBSTRING | --no-agent] [--timeline]
+    audit.py AUDIT_LOG [--from-byte N] [--to-byte N] [--agent SUBSTRING | --no-agent] [--timeline]
 
 Prints the client's requests by verb and resource (count, summed and median
 server latency), the wall span, and with --timeline one line per 0.5 s with
@@ -24,17 +24,22 @@ def ts(s):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("log")
-    p.add_argument("--from-line", type=int, default=0)
+    p.add_argument("--from-byte", type=int, default=0)
+    p.add_argument("--to-byte", type=int)
     p.add_argument("--agent")
     p.add_argument("--no-agent", action="store_true")
     p.add_argument("--timeline", action="store_true")
     a = p.parse_args()
     events = []
-    with open(a.log) as f:
-        for n, line in enumerate(f):
-            if n < a.from_line:
-                continue
-            e = json.loads(line)
+    with open(a.log, "rb") as f:
+        f.seek(a.from_byte)
+        data = f.read(None if a.to_byte is None else a.to_byte - a.from_byte)
+    for line in data.decode().splitlines():
+        if line.strip():
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue  # a line cut by the byte range
             ua = e.get("userAgent")
             if a.no_agent and ua:
                 continue

@@ -68,6 +68,7 @@ class Bench:
         """Runs cmd under /usr/bin/time -v; returns wall seconds, peak RSS (MB), output."""
         tfile = os.path.join(self.logdir, "time.txt")
         logf = os.path.join(self.logdir, f"{label}.log")
+        audit0 = self.audit_offset()
         with open(logf, "w") as out:
             out.write("$ " + " ".join(cmd) + "\n")
             out.flush()
@@ -84,7 +85,14 @@ class Bench:
         if rc not in ok:
             raise RuntimeError(f"{label}: exit {rc}; see {logf}:\n{output[-3000:]}")
         return {"wall": round(wall, 3), "rss_mb": round(rss, 1) if rss else None,
-                "t0": t0, "output": output}
+                "t0": t0, "output": output, "audit": [audit0, self.audit_offset()]}
+
+    def audit_offset(self):
+        """Where the control plane's audit log ends now (bench/audit.py profiles a step)."""
+        try:
+            return os.path.getsize(self.a.audit) if self.a.audit else None
+        except OSError:
+            return None
 
     def settle(self, tool, since):
         """Waits until the tool's Deployments are available; returns seconds since `since`."""
@@ -207,7 +215,7 @@ class Bench:
                     r["wall"] = applied
                 else:
                     r["ready"] = self.settle(tool, r["t0"])
-            rec["steps"][step] = {k: v for k, v in r.items() if k in ("wall", "rss_mb", "ready")}
+            rec["steps"][step] = {k: v for k, v in r.items() if k in ("wall", "rss_mb", "ready", "audit")}
             log(f"{label} {step}: {r['wall']:.2f}s"
                 + (f" (ready {r['ready']:.2f}s)" if "ready" in r else "")
                 + (f", {r['rss_mb']:.0f} MB" if r["rss_mb"] else ""))
@@ -272,6 +280,7 @@ def main():
     p.add_argument("--helm")
     p.add_argument("--kapp")
     p.add_argument("--ssa-loop", required=True)
+    p.add_argument("--audit", help="the control plane's audit log (byte offsets per step are recorded)")
     Bench(p.parse_args()).main()
 
 

@@ -25,7 +25,7 @@ let
     "get configmap demo-settings demo-extra"
     "patch configmap demo-settings"
     "delete configmap demo-extra"
-    "status demo"
+    "status demo --operator"
     "/nix/var/nix/gcroots/kix/demo/"
   ];
 in

@@ -154,7 +154,7 @@ pkgs.testers.runNixOSTest {
         machine.wait_until_succeeds(f"{kubectl} -n kix-vm get configmap demo-extra", timeout=180)
 
     with subtest("status and GC root"):
-        machine.succeed(f"{kix} status demo")
+        machine.succeed(f"{kix} status demo --operator")
         machine.succeed(f"readlink -f /nix/var/nix/gcroots/kix/demo/* | grep -qx {cluster}")
   '';
 }

@@ -118,7 +118,11 @@ pub fn plan_text(plan: &Plan, style: Style, show_unchanged: bool) -> String {
 /// The migrations a package crosses, each with its actions in order; they
 /// run before the package's objects are applied.
 fn migrations_text(out: &mut String, plan: &Plan, package: &str, style: Style) {
-    let migrations: Vec<_> = plan.migrations.iter().filter(|m| m.package == package).collect();
+    let migrations: Vec<_> = plan
+        .migrations
+        .iter()
+        .filter(|m| m.package == package)
+        .collect();
     let Some(first) = migrations.first() else {
         return;
     };

@@ -505,15 +505,27 @@ async fn run(
         if let Err(failure) = &migrated {
             state.failed += 1;
             state.messages.push(format!("{group}: {failure}"));
-            emit(options, Event::ApplyFailed { key: failure.key.clone(), error: failure.error.clone() });
+            emit(
+                options,
+                Event::ApplyFailed {
+                    key: failure.key.clone(),
+                    error: failure.error.clone(),
+                },
+            );
         }
         let ok = migrated.is_ok()
             && apply_group(
                 client, group, objects, &planned, options, deadline, &mut state,
             )
             .await;
-        let result = crate::packages::GroupResult { ok, failed: state.failed - mark.0, healthy: state.healthy - mark.1 };
-        packages.finish(plan, group, result, &state.messages[mark.2..]).await?;
+        let result = crate::packages::GroupResult {
+            ok,
+            failed: state.failed - mark.0,
+            healthy: state.healthy - mark.1,
+        };
+        packages
+            .finish(plan, group, result, &state.messages[mark.2..])
+            .await?;
         if !ok {
             failed_groups.insert(group.clone());
             if options.on_error != OnError::Continue {
@@ -552,7 +564,9 @@ async fn run(
     } else {
         state.messages.join("; ")
     };
-    packages.settle(&format!("{name} ended {phase} before reaching the package")).await?;
+    packages
+        .settle(&format!("{name} ended {phase} before reaching the package"))
+        .await?;
     status.phase = Some(phase);
     status.message = Some(message.clone());
     status.pending_prune.clear();

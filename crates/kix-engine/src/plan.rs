@@ -157,9 +157,11 @@ impl Plan {
                     || (o.action == Action::Delete && o.destructive)
             })
             .map(|o| match o.action {
-                Action::Replace if o.fields.is_empty() => {
-                    format!("replace {} ({})", o.key, o.note.as_deref().unwrap_or("recreate"))
-                }
+                Action::Replace if o.fields.is_empty() => format!(
+                    "replace {} ({})",
+                    o.key,
+                    o.note.as_deref().unwrap_or("recreate")
+                ),
                 Action::Replace => format!("replace {} ({})", o.key, o.fields.join(", ")),
                 Action::Adopt => format!("adopt {}", o.key),
                 _ => format!("delete {} (destructive)", o.key),
@@ -399,8 +401,11 @@ pub async fn plan(
     }
     // Migrations crossed from the installed versions (PackageInstance records);
     // objects a migration recreates become replaces.
-    let migrations = crate::migrations::crossed(build, &records::package_instances(client, &cluster).await?);
-    crate::migrations::mark_objects(&mut packages, &migrations, &activation, |a| belongs_to(a, &cluster, &clusters));
+    let instances = records::package_instances(client, &cluster).await?;
+    let migrations = crate::migrations::crossed(build, &instances);
+    crate::migrations::mark_objects(&mut packages, &migrations, &activation, |a| {
+        belongs_to(a, &cluster, &clusters)
+    });
 
     let desired_keys: BTreeSet<&ObjectKey> = desired.iter().map(|d| &d.key).collect();
     let mut prune = Vec::new();
@@ -597,9 +602,15 @@ async fn dry_run(
             // Name the fields: the server's paths, refined against the live object.
             let live = match full_live {
                 Some(v) => Some(v.clone()),
-                None => api.get_opt(&d.key.name).await.ok().flatten().and_then(|o| serde_json::to_value(o).ok()),
+                None => api
+                    .get_opt(&d.key.name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|o| serde_json::to_value(o).ok()),
             };
-            let (fields, reasons) = crate::migrations::immutable_fields(&status, &d.manifest, live.as_ref());
+            let (fields, reasons) =
+                crate::migrations::immutable_fields(&status, &d.manifest, live.as_ref());
             planned.action = Action::Replace;
             planned.fields = fields;
             planned.note = Some(format!("cannot change in place: {}", reasons.join("; ")));

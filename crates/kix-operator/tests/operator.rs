@@ -387,3 +387,113 @@ async fn least_privilege_allow_list_refuses_other_namespaces_and_kinds() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+fn kix_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(kix_bin());
+    cmd.args(args).env("KUBECONFIG", kix_testkit::kubeconfig_path()).env("NO_COLOR", "1").stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run kix")
+}
+
+#[tokio::test]
+async fn rollback_and_gc_through_the_operator() {
+    let env = TestEnv::new("op-rollback").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let _op = Operator::start(&env, &[&env.cluster], &kix_testkit::unique_name("lease"), dir.path());
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    let records: Api<Activation> = Api::all(env.client.clone());
+    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &format!("{}{}", configmap("settings", "v1"), configmap("only-v1", "x")));
+    let v2 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("settings", "v2"));
+    for root in [&v1, &v2] {
+        let out = kix(&["deploy", &env.cluster, "--path", root.to_str().expect("utf8"), "--operator", "--yes"]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    assert_eq!(cm_value(&cms, "settings").await.as_deref(), Some("v2"));
+    assert!(cms.get_opt("only-v1").await.expect("get").is_none(), "pruned by the operator");
+
+    // Rollback: the current record (2) is pointed at record 1's build.
+    let out = kix(&["rollback", &env.cluster, "--operator", "--yes", "--timeout", "9s"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--timeout has no effect in operator mode"), "{}", text(&out));
+    let current = records.get(&format!("{}-2", env.cluster)).await.expect("record");
+    let first = records.get(&format!("{}-1", env.cluster)).await.expect("record");
+    assert_eq!(current.spec.source.path, first.spec.source.path);
+    assert_eq!(current.spec.receipt.rollback_from.as_deref(), Some(format!("{}-2", env.cluster).as_str()));
+    assert_eq!(current.phase(), Some(Phase::Active));
+    assert_eq!(cm_value(&cms, "settings").await.as_deref(), Some("v1"));
+    assert_eq!(cm_value(&cms, "only-v1").await.as_deref(), Some("x"), "re-created by the rollback");
+
+    // gc: record 1 is Superseded and retired with --keep 0; its finalizer
+    // keeps what the current build has.
+    let out = kix(&["gc", &env.cluster, "--operator", "--keep", "0", "--yes"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(records.get_opt(&format!("{}-1", env.cluster)).await.expect("get").is_none());
+    assert_eq!(cm_value(&cms, "settings").await.as_deref(), Some("v1"), "the current build keeps its objects");
+}
+
+#[tokio::test]
+async fn objects_that_cannot_be_deleted_are_reported_and_gc_exits_1() {
+    let env = TestEnv::new("op-stuck").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let _op = Operator::start(&env, &[&env.cluster], &kix_testkit::unique_name("lease"), dir.path());
+    let records: Api<Activation> = Api::all(env.client.clone());
+    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &format!("{}{}", configmap("keep", "v1"), configmap("undeletable", "v1")));
+    let v2 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("keep", "v2"));
+    let out = kix(&["deploy", &env.cluster, "--path", v1.to_str().expect("utf8"), "--operator", "--yes"]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    // An admission policy refuses to delete ConfigMaps in the test namespace,
+    // as a webhook or a missing permission would.
+    let policy = kix_testkit::unique_name("no-delete");
+    let objects = serde_json::json!([
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": policy},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["configmaps"]}]},
+                  "validations": [{"expression": format!("oldObject.metadata.namespace != '{}'", env.namespace), "message": "protected by the test"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": policy},
+         "spec": {"policyName": policy, "validationActions": ["Deny"]}}
+    ]);
+    let file = dir.path().join("policy.json");
+    std::fs::write(&file, serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}).to_string()).expect("write");
+    env.kubectl(&["apply", "-f", file.to_str().expect("utf8")]).expect("policy");
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    wait_until("the policy is enforced", Duration::from_secs(20), || async {
+        let probe = ConfigMap { metadata: kube::api::ObjectMeta { name: Some("probe".into()), ..Default::default() }, ..Default::default() };
+        let _ = cms.create(&PostParams::default(), &probe).await;
+        cms.delete("probe", &DeleteParams::default()).await.is_err()
+    })
+    .await;
+
+    // The operator cannot prune `undeletable`: the record ends Degraded with
+    // the object and the reason, and deploy --operator exits 1.
+    let out = kix(&["deploy", &env.cluster, "--path", v2.to_str().expect("utf8"), "--operator", "--yes"]);
+    assert_eq!(out.status.code(), Some(1), "Degraded exits 1: {}", text(&out));
+    let second = records.get(&format!("{}-2", env.cluster)).await.expect("record");
+    assert_eq!(second.phase(), Some(Phase::Degraded));
+    let status = second.status.expect("status");
+    assert!(
+        status.failed_deletions.iter().any(|f| f.object.name == "undeletable" && f.reason.contains("protected by the test")),
+        "{:?}",
+        status.failed_deletions
+    );
+
+    // gc retires record 1, whose finalizer cannot delete `undeletable` either:
+    // reported on the record, and gc exits 1 naming it (3 s wait, not 300 s).
+    let out = kix_env(&["gc", &env.cluster, "--operator", "--keep", "0", "--yes"], &[("KIX_GC_WAIT_SECONDS", "3")]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("{}-1", env.cluster)) && stderr.contains("protected by the test"), "{}", text(&out));
+
+    // Lift the policy: the finalizer finishes by itself.
+    for kind in ["validatingadmissionpolicybinding", "validatingadmissionpolicy"] {
+        env.kubectl(&["delete", kind, &policy]).expect("remove policy");
+    }
+    let name = format!("{}-1", env.cluster);
+    wait_until("record deleted once the object can go", Duration::from_secs(60), || async {
+        records.get_opt(&name).await.ok().flatten().is_none()
+    })
+    .await;
+    assert!(cms.get_opt("undeletable").await.expect("get").is_none());
+}
