@@ -28,9 +28,13 @@ fn kix_commands(markdown: &str) -> Vec<Vec<String>> {
 
 #[test]
 fn getting_started_commands_run() {
-    let doc = std::fs::read_to_string(repo().join("docs/getting-started.md")).expect("read the guide");
+    let doc =
+        std::fs::read_to_string(repo().join("docs/getting-started.md")).expect("read the guide");
     let commands = kix_commands(&doc);
-    assert!(commands.len() >= 8, "the guide lost its commands: {commands:?}");
+    assert!(
+        commands.len() >= 8,
+        "the guide lost its commands: {commands:?}"
+    );
     for args in commands {
         let out = Command::new(env!("CARGO_BIN_EXE_kix"))
             .args(&args)
@@ -55,12 +59,26 @@ fn getting_started_commands_run() {
 #[test]
 fn readme_starts_with_the_two_commands() {
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("README");
-    let first_block = readme.split("```sh").nth(1).and_then(|b| b.split("```").next()).expect("a sh block");
-    let lines: Vec<&str> = first_block.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    assert!(lines[0].starts_with("checks/demo") && lines[1].starts_with("checks/test"), "{lines:?}");
+    let first_block = readme
+        .split("```sh")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a sh block");
+    let lines: Vec<&str> = first_block
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert!(
+        lines[0].starts_with("checks/demo") && lines[1].starts_with("checks/test"),
+        "{lines:?}"
+    );
     for script in ["checks/demo", "checks/test"] {
         assert!(repo().join(script).exists(), "{script} is missing");
     }
     let ci = std::fs::read_to_string(repo().join(".ci/run")).expect(".ci/run");
-    assert!(ci.contains("checks/test"), ".ci/run must run the README's test command");
+    assert!(
+        ci.contains("checks/test"),
+        ".ci/run must run the README's test command"
+    );
 }

@@ -45,13 +45,31 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 fn fault_tree(dir: &Path, name: &str, cluster: &str, namespace: &str, which: usize) -> PathBuf {
     let letter = ["a", "b"][which];
     let cm = |name: &str, value: &str| {
-        format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{v: \"{value}\", size: \"{}\"}}\n", "x".repeat(64))
+        format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{v: \"{value}\", size: \"{}\"}}\n",
+            "x".repeat(64)
+        )
     };
-    let base: String = (0..400).map(|i| cm(&format!("base-{i:03}"), if i < 10 { letter } else { "same" })).collect();
-    let mut apps: String = (0..70).map(|i| cm(&format!("app-{i:03}"), "same")).collect();
+    let base: String = (0..400)
+        .map(|i| {
+            cm(
+                &format!("base-{i:03}"),
+                if i < 10 { letter } else { "same" },
+            )
+        })
+        .collect();
+    let mut apps: String = (0..70)
+        .map(|i| cm(&format!("app-{i:03}"), "same"))
+        .collect();
     apps.extend((0..25).map(|i| cm(&format!("{letter}-{i:02}"), letter)));
     let mut deployments = String::new();
-    for (d, value) in [("d-0", "same"), ("d-1", letter), ("d-2", letter), ("d-3", "same"), (&format!("d-{letter}")[..], letter)] {
+    for (d, value) in [
+        ("d-0", "same"),
+        ("d-1", letter),
+        ("d-2", letter),
+        ("d-3", "same"),
+        (&format!("d-{letter}")[..], letter),
+    ] {
         deployments.push_str(&deployment(d, value));
     }
     let root = dir.join(name);
@@ -59,12 +77,20 @@ fn fault_tree(dir: &Path, name: &str, cluster: &str, namespace: &str, which: usi
         &root,
         cluster,
         &[
-            Pkg { name: "base".into(), depends_on: vec![], namespace: namespace.into(), files: vec![("cms.yaml".into(), base.into_bytes())] },
+            Pkg {
+                name: "base".into(),
+                depends_on: vec![],
+                namespace: namespace.into(),
+                files: vec![("cms.yaml".into(), base.into_bytes())],
+            },
             Pkg {
                 name: "apps".into(),
                 depends_on: vec!["base".into()],
                 namespace: namespace.into(),
-                files: vec![("cms.yaml".into(), apps.into_bytes()), ("deployments.yaml".into(), deployments.into_bytes())],
+                files: vec![
+                    ("cms.yaml".into(), apps.into_bytes()),
+                    ("deployments.yaml".into(), deployments.into_bytes()),
+                ],
             },
         ],
     );
@@ -86,27 +112,62 @@ struct Builds {
 }
 
 impl Builds {
-    async fn new(client: &Client, dir: &Path, prefix: &str, cluster: &str, namespace: &str) -> Builds {
-        let a = add_to_store(&fault_tree(dir, &format!("{prefix}-a"), cluster, namespace, 0));
-        let b = add_to_store(&fault_tree(dir, &format!("{prefix}-b"), cluster, namespace, 1));
-        let expected = [Expected::of(client, &a).await, Expected::of(client, &b).await];
+    async fn new(
+        client: &Client,
+        dir: &Path,
+        prefix: &str,
+        cluster: &str,
+        namespace: &str,
+    ) -> Builds {
+        let a = add_to_store(&fault_tree(
+            dir,
+            &format!("{prefix}-a"),
+            cluster,
+            namespace,
+            0,
+        ));
+        let b = add_to_store(&fault_tree(
+            dir,
+            &format!("{prefix}-b"),
+            cluster,
+            namespace,
+            1,
+        ));
+        let expected = [
+            Expected::of(client, &a).await,
+            Expected::of(client, &b).await,
+        ];
         assert_eq!(expected[0].objects.len(), 500);
         assert_eq!(expected[1].objects.len(), 500);
-        Builds { paths: [a, b], expected }
+        Builds {
+            paths: [a, b],
+            expected,
+        }
     }
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
-        .and_then(|v| v.strip_prefix("0x").map_or_else(|| v.parse().ok(), |h| u64::from_str_radix(h, 16).ok()))
+        .and_then(|v| {
+            v.strip_prefix("0x")
+                .map_or_else(|| v.parse().ok(), |h| u64::from_str_radix(h, 16).ok())
+        })
         .unwrap_or(default)
 }
 
 /// A deploy (`kix deploy <cluster> --path <path> --yes`) as a child process,
 /// its output in files under `dir`.
-fn spawn_deploy(kubeconfig: &Path, gcroots: &Path, cluster: &str, path: &str, dir: &Path, tag: &str) -> Child {
-    let file = |ext: &str| std::fs::File::create(dir.join(format!("{tag}.{ext}"))).expect("log file");
+fn spawn_deploy(
+    kubeconfig: &Path,
+    gcroots: &Path,
+    cluster: &str,
+    path: &str,
+    dir: &Path,
+    tag: &str,
+) -> Child {
+    let file =
+        |ext: &str| std::fs::File::create(dir.join(format!("{tag}.{ext}"))).expect("log file");
     kix(kubeconfig, gcroots)
         .args(["deploy", cluster, "--path", path, "--yes"])
         .stdout(file("stdout"))
@@ -120,7 +181,9 @@ fn deploy(kubeconfig: &Path, gcroots: &Path, cluster: &str, path: &str) -> Run {
 }
 
 fn is_lease_block(out: &Run) -> bool {
-    out.code == Some(1) && out.stderr.contains("is being deployed by") && out.stderr.contains("(lease ")
+    out.code == Some(1)
+        && out.stderr.contains("is being deployed by")
+        && out.stderr.contains("(lease ")
 }
 
 /// What a rerun after a fault took.
@@ -145,18 +208,28 @@ async fn rerun_until_converged(
     timeout: Duration,
 ) -> Rerun {
     let started = Instant::now();
-    let mut rerun = Rerun { blocked: 0, blocked_for: Duration::ZERO, other_failures: vec![], took: Duration::ZERO };
+    let mut rerun = Rerun {
+        blocked: 0,
+        blocked_for: Duration::ZERO,
+        other_failures: vec![],
+        took: Duration::ZERO,
+    };
     loop {
         let kc = kubeconfig.to_path_buf();
         let (gc, c, p) = (gcroots.to_path_buf(), cluster.to_string(), path.to_string());
-        let out = tokio::task::spawn_blocking(move || deploy(&kc, &gc, &c, &p)).await.expect("join");
+        let out = tokio::task::spawn_blocking(move || deploy(&kc, &gc, &c, &p))
+            .await
+            .expect("join");
         if out.code == Some(0) {
             rerun.took = started.elapsed();
             return rerun;
         }
         if is_lease_block(&out) {
             if let Some(pid) = holder_pid {
-                assert!(out.stderr.contains(&format!("pid {pid}")), "the Lease's holder is the killed client (pid {pid}): {out}");
+                assert!(
+                    out.stderr.contains(&format!("pid {pid}")),
+                    "the Lease's holder is the killed client (pid {pid}): {out}"
+                );
             }
             rerun.blocked += 1;
             rerun.blocked_for = started.elapsed();
@@ -164,13 +237,23 @@ async fn rerun_until_converged(
             assert!(tolerate_failures, "rerun of {path} failed:\n{out}");
             rerun.other_failures.push(error_line(&out.stderr));
         }
-        assert!(started.elapsed() < timeout, "no successful rerun within {timeout:?}; last:\n{out}");
+        assert!(
+            started.elapsed() < timeout,
+            "no successful rerun within {timeout:?}; last:\n{out}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
 /// Where a kill landed, read from the cluster after the kill.
-async fn landing(client: &Client, cluster: &str, namespace: &str, before: usize, pid: u32, exited: Option<i32>) -> String {
+async fn landing(
+    client: &Client,
+    cluster: &str,
+    namespace: &str,
+    before: usize,
+    pid: u32,
+    exited: Option<i32>,
+) -> String {
     if let Some(code) = exited {
         return format!("finished before the kill (exit {code})");
     }
@@ -236,7 +319,11 @@ async fn sigkill_at_random_points_then_rerun_converges() {
         let (client, ns, builds, cluster) = (&env.client, &ns, &builds, &cluster);
         async move {
             let diffs = differences(client, ns, &builds.expected[which]).await;
-            assert!(diffs.is_empty(), "{context}: live objects differ from build {}: {diffs:#?}", ["A", "B"][which]);
+            assert!(
+                diffs.is_empty(),
+                "{context}: live objects differ from build {}: {diffs:#?}",
+                ["A", "B"][which]
+            );
             assert_settled(&records(client, cluster).await, &context);
         }
     };
@@ -264,35 +351,70 @@ async fn sigkill_at_random_points_then_rerun_converges() {
     let (mut blocked_reruns, mut blocked_total, mut max_blocked) = (0u32, 0u32, Duration::ZERO);
     let mut rerun_same = 0u32;
     let started_all = Instant::now();
-    for i in 1..=kills {
+    // At least `kills` kills, and more (up to 6 more) until at least
+    // MIN_HOLDING of them landed while the deploy held its Lease (record,
+    // apply, wait, prune): the random delays also land in the build, read
+    // and plan before it, or after the deploy finished.
+    const MIN_HOLDING: u32 = 5;
+    let (mut i, mut holding) = (0u64, 0u32);
+    loop {
+        if i >= kills && (holding >= MIN_HOLDING || i >= kills + 6) {
+            break;
+        }
+        i += 1;
         let target = 1 - current;
         let before = records(&env.client, &cluster).await.len();
-        let mut child = spawn_deploy(&kubeconfig, &gcroots, &cluster, &builds.paths[target], scratch.path(), &format!("kill-{i}"));
+        let mut child = spawn_deploy(
+            &kubeconfig,
+            &gcroots,
+            &cluster,
+            &builds.paths[target],
+            scratch.path(),
+            &format!("kill-{i}"),
+        );
         let pid = child.id();
         let delay = Duration::from_millis(rng.upto(typical.as_millis() as u64));
         tokio::time::sleep(delay).await;
-        let exited = child.try_wait().expect("try_wait").map(|s| s.code().unwrap_or(-1));
+        let exited = child
+            .try_wait()
+            .expect("try_wait")
+            .map(|s| s.code().unwrap_or(-1));
         if exited.is_none() {
             child.kill().expect("SIGKILL");
         }
         child.wait().expect("reaped");
         let landed = landing(&env.client, &cluster, &ns, before, pid, exited).await;
         *landings.entry(category(&landed)).or_default() += 1;
+        holding += u32::from(!landed.starts_with("before the lease") && !landed.starts_with("finished") && !landed.starts_with("after"));
 
         let rerun_build = if rng.coin() { target } else { current };
         rerun_same += u32::from(rerun_build == target);
-        let rerun =
-            rerun_until_converged(&kubeconfig, &gcroots, &cluster, &builds.paths[rerun_build], Some(pid), false, Duration::from_secs(60))
-                .await;
+        let rerun = rerun_until_converged(
+            &kubeconfig,
+            &gcroots,
+            &cluster,
+            &builds.paths[rerun_build],
+            Some(pid),
+            false,
+            Duration::from_secs(60),
+        )
+        .await;
         if rerun.blocked > 0 {
             blocked_reruns += 1;
             blocked_total += rerun.blocked;
             max_blocked = max_blocked.max(rerun.blocked_for);
         }
         let names = ["A", "B"];
-        check(rerun_build, format!("kill {i}: deploy of {} killed after {delay:?} ({landed}), rerun of {}", names[target], names[rerun_build])).await;
+        check(
+            rerun_build,
+            format!(
+                "kill {i}: deploy of {} killed after {delay:?} ({landed}), rerun of {}",
+                names[target], names[rerun_build]
+            ),
+        )
+        .await;
         eprintln!(
-            "fault kill {i}/{kills}: deploy {}→{} killed after {:.2}s, landed: {landed}; rerun of {} blocked by the dead client's lease {}× for {:.1}s, converged in {:.1}s: all 500 objects equal to the build, nothing else, no record Applying",
+            "fault kill {i}: deploy {}→{} killed after {:.2}s, landed: {landed}; rerun of {} blocked by the dead client's lease {}× for {:.1}s, converged in {:.1}s: all 500 objects equal to the build, nothing else, no record Applying",
             names[current],
             names[target],
             delay.as_secs_f64(),
@@ -309,19 +431,30 @@ async fn sigkill_at_random_points_then_rerun_converges() {
     let out = run(kix(&kubeconfig, &gcroots).args(["gc", &cluster, "--keep", "1", "--yes"]));
     assert_eq!(out.code, Some(0), "kix gc: {out}");
     check(current, "after kix gc --keep 1".into()).await;
-    let out = run(kix(&kubeconfig, &gcroots).args(["plan", &cluster, "--path", &builds.paths[current], "--exit-code"]));
-    assert_eq!(out.code, Some(0), "converged: the plan has nothing to do: {out}");
+    let out = run(kix(&kubeconfig, &gcroots).args([
+        "plan",
+        &cluster,
+        "--path",
+        &builds.paths[current],
+        "--exit-code",
+    ]));
+    assert_eq!(
+        out.code,
+        Some(0),
+        "converged: the plan has nothing to do: {out}"
+    );
 
     let mut summary = String::new();
     for (what, n) in &landings {
         let _ = write!(summary, "{what}: {n}; ");
     }
     eprintln!(
-        "fault kill summary: {kills} SIGKILLs in {:.0}s (seed {seed:#x}); landed: {summary}reruns of the same build {rerun_same}, of the other {}; {blocked_reruns} reruns blocked by the dead client's lease ({blocked_total} refusals, longest {:.1}s); all {kills} converged; kix gc afterwards lost nothing",
+        "fault kill summary: {i} SIGKILLs in {:.0}s (seed {seed:#x}), {holding} while the deploy held its lease; landed: {summary}reruns of the same build {rerun_same}, of the other {}; {blocked_reruns} reruns blocked by the dead client's lease ({blocked_total} refusals, longest {:.1}s); all {i} converged; kix gc afterwards lost nothing",
         started_all.elapsed().as_secs_f64(),
-        kills - u64::from(rerun_same),
+        i - u64::from(rerun_same),
         max_blocked.as_secs_f64()
     );
+    assert!(holding >= 1, "no kill landed while the deploy held its lease in {i} kills");
     let _ = kix_testkit::delete_namespace(&env.client, &ns).await;
 }
 
@@ -330,7 +463,9 @@ async fn sigkill_at_random_points_then_rerun_converges() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_concurrent_deploys_one_proceeds_the_other_names_the_holder() {
-    let env = TestEnv::new("fault-concurrent").await.expect("control plane");
+    let env = TestEnv::new("fault-concurrent")
+        .await
+        .expect("control plane");
     let scratch = tempfile::tempdir().expect("tempdir");
     let kubeconfig = kix_testkit::kubeconfig_path();
     let gcroots = scratch.path().join("gcroots");
@@ -344,9 +479,21 @@ async fn two_concurrent_deploys_one_proceeds_the_other_names_the_holder() {
         let mut yaml: String = (0..100)
             .map(|i| format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i:03}}}\ndata: {{v: \"{letter}\"}}\n"))
             .collect();
-        yaml.push_str(&deployment("slow", letter).replace("  replicas: 1\n", "  replicas: 1\n  minReadySeconds: 4\n"));
+        yaml.push_str(
+            &deployment("slow", letter)
+                .replace("  replicas: 1\n", "  replicas: 1\n  minReadySeconds: 4\n"),
+        );
         let root = scratch.path().join(format!("{cluster}-{letter}"));
-        write_tree(&root, &cluster, &[Pkg { name: "web".into(), depends_on: vec![], namespace: ns.clone(), files: vec![("o.yaml".into(), yaml.into_bytes())] }]);
+        write_tree(
+            &root,
+            &cluster,
+            &[Pkg {
+                name: "web".into(),
+                depends_on: vec![],
+                namespace: ns.clone(),
+                files: vec![("o.yaml".into(), yaml.into_bytes())],
+            }],
+        );
         paths.push(add_to_store(&root));
     }
     let mut expected = vec![];
@@ -359,7 +506,16 @@ async fn two_concurrent_deploys_one_proceeds_the_other_names_the_holder() {
     for round in 1..=ROUNDS {
         let racing: Vec<usize> = (0..3).filter(|b| Some(*b) != live).take(2).collect();
         let children: Vec<Child> = (0..2)
-            .map(|k| spawn_deploy(&kubeconfig, &gcroots, &cluster, &paths[racing[k]], scratch.path(), &format!("race-{round}-{k}")))
+            .map(|k| {
+                spawn_deploy(
+                    &kubeconfig,
+                    &gcroots,
+                    &cluster,
+                    &paths[racing[k]],
+                    scratch.path(),
+                    &format!("race-{round}-{k}"),
+                )
+            })
             .collect();
         let pids: Vec<u32> = children.iter().map(Child::id).collect();
         let mut codes = vec![];
@@ -370,32 +526,65 @@ async fn two_concurrent_deploys_one_proceeds_the_other_names_the_holder() {
                     codes.push(status.code());
                     break;
                 }
-                assert!(started.elapsed() < Duration::from_secs(120), "a racing deploy hangs");
+                assert!(
+                    started.elapsed() < Duration::from_secs(120),
+                    "a racing deploy hangs"
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-        let read = |k: usize, ext: &str| std::fs::read_to_string(scratch.path().join(format!("race-{round}-{k}.{ext}"))).unwrap_or_default();
+        let read = |k: usize, ext: &str| {
+            std::fs::read_to_string(scratch.path().join(format!("race-{round}-{k}.{ext}")))
+                .unwrap_or_default()
+        };
         let winners: Vec<usize> = (0..2).filter(|k| codes[*k] == Some(0)).collect();
-        assert_eq!(winners.len(), 1, "round {round}: exactly one deploy proceeds: exits {codes:?}\n0: {}\n1: {}", read(0, "stderr"), read(1, "stderr"));
+        assert_eq!(
+            winners.len(),
+            1,
+            "round {round}: exactly one deploy proceeds: exits {codes:?}\n0: {}\n1: {}",
+            read(0, "stderr"),
+            read(1, "stderr")
+        );
         let (winner, loser) = (winners[0], 1 - winners[0]);
         let refusal = read(loser, "stderr");
         assert_eq!(codes[loser], Some(1), "round {round}: {refusal}");
         assert!(
-            refusal.contains("is being deployed by") && refusal.contains(&format!("pid {}", pids[winner])),
+            refusal.contains("is being deployed by")
+                && refusal.contains(&format!("pid {}", pids[winner])),
             "round {round}: the loser names the holder (pid {}): {refusal}",
             pids[winner]
         );
         // The loser changed nothing: the cluster is the winner's build.
         let diffs = differences(&env.client, &ns, &expected[racing[winner]]).await;
-        assert!(diffs.is_empty(), "round {round}: the winner's build is live: {diffs:#?}");
-        assert_settled(&records(&env.client, &cluster).await, &format!("round {round}"));
+        assert!(
+            diffs.is_empty(),
+            "round {round}: the winner's build is live: {diffs:#?}"
+        );
+        assert_settled(
+            &records(&env.client, &cluster).await,
+            &format!("round {round}"),
+        );
         // Then the loser's deploy, rerun, converges.
-        let rerun =
-            rerun_until_converged(&kubeconfig, &gcroots, &cluster, &paths[racing[loser]], None, false, Duration::from_secs(60)).await;
+        let rerun = rerun_until_converged(
+            &kubeconfig,
+            &gcroots,
+            &cluster,
+            &paths[racing[loser]],
+            None,
+            false,
+            Duration::from_secs(60),
+        )
+        .await;
         live = Some(racing[loser]);
         let diffs = differences(&env.client, &ns, &expected[racing[loser]]).await;
-        assert!(diffs.is_empty(), "round {round}: the loser's rerun converged: {diffs:#?}");
-        assert_settled(&records(&env.client, &cluster).await, &format!("round {round}, rerun"));
+        assert!(
+            diffs.is_empty(),
+            "round {round}: the loser's rerun converged: {diffs:#?}"
+        );
+        assert_settled(
+            &records(&env.client, &cluster).await,
+            &format!("round {round}, rerun"),
+        );
         eprintln!(
             "fault concurrent {round}/{ROUNDS}: two deploys at once, exits {codes:?}: one proceeded, the other failed with \"{}\"; its rerun converged in {:.1}s",
             error_line(&refusal),
@@ -410,14 +599,23 @@ async fn two_concurrent_deploys_one_proceeds_the_other_names_the_holder() {
 
 async fn create_namespace(client: &Client, name: &str) {
     let api: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
-        .expect("namespace");
-    api.patch(name, &PatchParams::apply("kix-faults"), &Patch::Apply(&ns)).await.expect("create namespace");
+    let ns: Namespace = serde_json::from_value(
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+    )
+    .expect("namespace");
+    api.patch(name, &PatchParams::apply("kix-faults"), &Patch::Apply(&ns))
+        .await
+        .expect("create namespace");
 }
 
 /// Waits for a spawned deploy (bounded) and returns its exit code and the
 /// error line of its stderr.
-async fn finish(mut child: Child, dir: &Path, tag: &str, timeout: Duration) -> (Option<i32>, String) {
+async fn finish(
+    mut child: Child,
+    dir: &Path,
+    tag: &str,
+    timeout: Duration,
+) -> (Option<i32>, String) {
     let started = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().expect("try_wait") {
@@ -431,22 +629,38 @@ async fn finish(mut child: Child, dir: &Path, tag: &str, timeout: Duration) -> (
     };
     let stderr = std::fs::read_to_string(dir.join(format!("{tag}.stderr"))).unwrap_or_default();
     let stdout = std::fs::read_to_string(dir.join(format!("{tag}.stdout"))).unwrap_or_default();
-    let line = if status.success() { stdout.lines().last().unwrap_or_default().to_string() } else { error_line(&stderr) };
+    let line = if status.success() {
+        stdout.lines().last().unwrap_or_default().to_string()
+    } else {
+        error_line(&stderr)
+    };
     (status.code(), line)
 }
 
 /// Waits until the newest record of `cluster` is Applying and at least `n`
 /// objects are live in `namespace`.
-async fn wait_applying(client: &Client, cluster: &str, namespace: &str, before: usize, n: usize) -> usize {
-    poll("the deploy to be applying", Duration::from_secs(90), Duration::from_millis(40), || async {
-        let recs = records(client, cluster).await;
-        let applying = recs.len() > before && recs.last().and_then(Activation::phase) == Some(Phase::Applying);
-        if !applying {
-            return None;
-        }
-        let live = managed(client, namespace).await.ok()?.len();
-        (live >= n).then_some(live)
-    })
+async fn wait_applying(
+    client: &Client,
+    cluster: &str,
+    namespace: &str,
+    before: usize,
+    n: usize,
+) -> usize {
+    poll(
+        "the deploy to be applying",
+        Duration::from_secs(90),
+        Duration::from_millis(40),
+        || async {
+            let recs = records(client, cluster).await;
+            let applying = recs.len() > before
+                && recs.last().and_then(Activation::phase) == Some(Phase::Applying);
+            if !applying {
+                return None;
+            }
+            let live = managed(client, namespace).await.ok()?.len();
+            (live >= n).then_some(live)
+        },
+    )
     .await
 }
 
@@ -463,15 +677,24 @@ async fn apiserver_restarts_and_etcd_outage_on_a_private_control_plane() {
     let builds = Builds::new(&client, scratch.path(), "fault-cp", cluster, ns).await;
 
     // 1. kube-apiserver restarted mid-deploy (a fresh 500-object deploy).
-    let child = spawn_deploy(&kubeconfig, &gcroots, cluster, &builds.paths[0], scratch.path(), "apiserver");
+    let child = spawn_deploy(
+        &kubeconfig,
+        &gcroots,
+        cluster,
+        &builds.paths[0],
+        scratch.path(),
+        "apiserver",
+    );
     let live = wait_applying(&client, cluster, ns, 0, 50).await;
     let cp_dir = cp.path().to_path_buf();
     let restart = tokio::task::spawn_blocking(move || {
         let started = Instant::now();
-        let out = run(Command::new(kix_testkit::repo_root().join("checks/control-plane"))
-            .args(["restart", "kube-apiserver"])
-            .env("KIX_CP_DIR", cp_dir)
-            .stdin(Stdio::null()));
+        let out = run(
+            Command::new(kix_testkit::repo_root().join("checks/control-plane"))
+                .args(["restart", "kube-apiserver"])
+                .env("KIX_CP_DIR", cp_dir)
+                .stdin(Stdio::null()),
+        );
         (out, started.elapsed())
     });
     // Restarting (stop, start, ready) takes a while; the deploy runs on
@@ -480,10 +703,22 @@ async fn apiserver_restarts_and_etcd_outage_on_a_private_control_plane() {
     let (code, line) = finish(child, scratch.path(), "apiserver", Duration::from_secs(180)).await;
     let (out, restart_took) = restart.await.expect("join");
     assert_eq!(out.code, Some(0), "restart kube-apiserver: {out}");
-    let rerun = rerun_until_converged(&kubeconfig, &gcroots, cluster, &builds.paths[0], None, true, Duration::from_secs(120)).await;
+    let rerun = rerun_until_converged(
+        &kubeconfig,
+        &gcroots,
+        cluster,
+        &builds.paths[0],
+        None,
+        true,
+        Duration::from_secs(120),
+    )
+    .await;
     let diffs = differences(&client, ns, &builds.expected[0]).await;
     assert!(diffs.is_empty(), "after the apiserver restart: {diffs:#?}");
-    assert_settled(&records(&client, cluster).await, "after the apiserver restart");
+    assert_settled(
+        &records(&client, cluster).await,
+        "after the apiserver restart",
+    );
     eprintln!(
         "fault apiserver-restart-mid-deploy: restart ({:.1}s) began with {live} of 500 objects applied; the deploy exited {code:?} (\"{line}\"); reruns: {} refused by the lease, {} failed ({:?}); converged {:.1}s after the restart began",
         restart_took.as_secs_f64(),
@@ -495,7 +730,14 @@ async fn apiserver_restarts_and_etcd_outage_on_a_private_control_plane() {
 
     // 2. etcd unavailable for 3 s during a deploy (A → B).
     let before = records(&client, cluster).await.len();
-    let child = spawn_deploy(&kubeconfig, &gcroots, cluster, &builds.paths[1], scratch.path(), "etcd");
+    let child = spawn_deploy(
+        &kubeconfig,
+        &gcroots,
+        cluster,
+        &builds.paths[1],
+        scratch.path(),
+        "etcd",
+    );
     let live = wait_applying(&client, cluster, ns, before, 1).await;
     let started = Instant::now();
     cp.component("kill", "etcd");
@@ -503,7 +745,16 @@ async fn apiserver_restarts_and_etcd_outage_on_a_private_control_plane() {
     cp.component("start", "etcd");
     let down_for = started.elapsed();
     let (code, line) = finish(child, scratch.path(), "etcd", Duration::from_secs(180)).await;
-    let rerun = rerun_until_converged(&kubeconfig, &gcroots, cluster, &builds.paths[1], None, true, Duration::from_secs(120)).await;
+    let rerun = rerun_until_converged(
+        &kubeconfig,
+        &gcroots,
+        cluster,
+        &builds.paths[1],
+        None,
+        true,
+        Duration::from_secs(120),
+    )
+    .await;
     let diffs = differences(&client, ns, &builds.expected[1]).await;
     assert!(diffs.is_empty(), "after the etcd outage: {diffs:#?}");
     assert_settled(&records(&client, cluster).await, "after the etcd outage");
@@ -524,33 +775,78 @@ async fn apiserver_restarts_and_etcd_outage_on_a_private_control_plane() {
         .map(|i| format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i:03}}}\ndata: {{v: \"{i}\"}}\n"))
         .collect();
     let root = scratch.path().join("fault-op");
-    write_tree(&root, op_cluster, &[Pkg { name: "web".into(), depends_on: vec![], namespace: op_ns.into(), files: vec![("o.yaml".into(), yaml.into_bytes())] }]);
+    write_tree(
+        &root,
+        op_cluster,
+        &[Pkg {
+            name: "web".into(),
+            depends_on: vec![],
+            namespace: op_ns.into(),
+            files: vec![("o.yaml".into(), yaml.into_bytes())],
+        }],
+    );
     let path = add_to_store(&root);
     let expected = Expected::of(&client, &path).await;
-    let _operator = Operator::start(&kubeconfig, &[op_cluster], op_ns, "kix-operator-faults", scratch.path().join("operator.log"), None);
-    let out = run(kix(&kubeconfig, &gcroots).args(["deploy", op_cluster, "--path", &path, "--operator", "--yes"]));
+    let _operator = Operator::start(
+        &kubeconfig,
+        &[op_cluster],
+        op_ns,
+        "kix-operator-faults",
+        scratch.path().join("operator.log"),
+        None,
+    );
+    let out = run(kix(&kubeconfig, &gcroots).args([
+        "deploy",
+        op_cluster,
+        "--path",
+        &path,
+        "--operator",
+        "--yes",
+    ]));
     assert_eq!(out.code, Some(0), "deploy --operator: {out}");
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), op_ns);
-    cms.delete_collection(&DeleteParams::default(), &ListParams::default().labels("app.kubernetes.io/managed-by=kix"))
-        .await
-        .expect("delete the ConfigMaps");
+    cms.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("app.kubernetes.io/managed-by=kix"),
+    )
+    .await
+    .expect("delete the ConfigMaps");
     // Restart as soon as the operator has started re-creating them.
-    let recreated = poll("the operator to start correcting", Duration::from_secs(60), Duration::from_millis(20), || async {
-        let n = cms.list_metadata(&ListParams::default().labels("app.kubernetes.io/managed-by=kix")).await.ok()?.items.len();
-        (n > 0).then_some(n)
-    })
+    let recreated = poll(
+        "the operator to start correcting",
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || async {
+            let n = cms
+                .list_metadata(&ListParams::default().labels("app.kubernetes.io/managed-by=kix"))
+                .await
+                .ok()?
+                .items
+                .len();
+            (n > 0).then_some(n)
+        },
+    )
     .await;
     let started = Instant::now();
     let restart = cp.component("restart", "kube-apiserver");
     let after = started.elapsed();
     let client = client_for(&kubeconfig).await;
-    poll("the operator to correct the drift after the restart", Duration::from_secs(120), Duration::from_millis(500), || async {
-        let diffs = differences(&client, op_ns, &expected).await;
-        let recs = records(&client, op_cluster).await;
-        (diffs.is_empty() && recs.last().and_then(Activation::phase) == Some(Phase::Active)).then_some(())
-    })
+    poll(
+        "the operator to correct the drift after the restart",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || async {
+            let diffs = differences(&client, op_ns, &expected).await;
+            let recs = records(&client, op_cluster).await;
+            (diffs.is_empty() && recs.last().and_then(Activation::phase) == Some(Phase::Active))
+                .then_some(())
+        },
+    )
     .await;
-    assert_settled(&records(&client, op_cluster).await, "operator after the apiserver restart");
+    assert_settled(
+        &records(&client, op_cluster).await,
+        "operator after the apiserver restart",
+    );
     eprintln!(
         "fault apiserver-restart-mid-reconcile: 300 owned ConfigMaps deleted, restart began with {recreated} re-created, restart took {:.1}s; the operator re-created all 300 and the record is Active {:.1}s after the restart began",
         restart.as_secs_f64().max(after.as_secs_f64()),

@@ -37,7 +37,8 @@ struct Admin {
 impl Admin {
     async fn new(env: &TestEnv, dir: &Path) -> Admin {
         let user = kix_testkit::unique_name("kix-hostile");
-        let kubeconfig = kix_testkit::kubeconfig_for_user(&user, dir).expect("a kubeconfig for the user");
+        let kubeconfig =
+            kix_testkit::kubeconfig_for_user(&user, dir).expect("a kubeconfig for the user");
         let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": user, "labels": {kix_testkit::TEST_LABEL: "hostile"}},
@@ -45,8 +46,15 @@ impl Admin {
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
         }))
         .expect("binding");
-        Api::<ClusterRoleBinding>::all(env.client.clone()).create(&PostParams::default(), &binding).await.expect("bind cluster-admin");
-        Admin { user, kubeconfig, client: env.client.clone() }
+        Api::<ClusterRoleBinding>::all(env.client.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("bind cluster-admin");
+        Admin {
+            user,
+            kubeconfig,
+            client: env.client.clone(),
+        }
     }
 
     /// The requests this user made since `mark` (after a moment, so the
@@ -57,7 +65,9 @@ impl Admin {
     }
 
     async fn remove(self) {
-        let _ = Api::<ClusterRoleBinding>::all(self.client.clone()).delete(&self.user, &DeleteParams::default()).await;
+        let _ = Api::<ClusterRoleBinding>::all(self.client.clone())
+            .delete(&self.user, &DeleteParams::default())
+            .await;
     }
 }
 
@@ -70,7 +80,9 @@ fn named_file(message: &str) -> Option<String> {
     }
     message
         .split(|c: char| c.is_whitespace() || c == ':' || c == ',')
-        .find(|w| w.contains('/') || w.ends_with(".json") || w.ends_with(".yaml") || w.ends_with(".yml"))
+        .find(|w| {
+            w.contains('/') || w.ends_with(".json") || w.ends_with(".yaml") || w.ends_with(".yml")
+        })
         .map(str::to_string)
 }
 
@@ -100,13 +112,24 @@ async fn malformed_trees_and_oversized_files_are_rejected_before_any_write() {
             name: "web".into(),
             depends_on: vec![],
             namespace: env.namespace.clone(),
-            files: vec![("cm.yaml".into(), b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: good}\ndata: {a: b}\n".to_vec())],
+            files: vec![(
+                "cm.yaml".into(),
+                b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: good}\ndata: {a: b}\n".to_vec(),
+            )],
         }],
     );
     let mark = audit_mark(&cp_dir);
-    let out = run(kix(&admin.kubeconfig, &gcroots).args(["deploy", &env.cluster, "--path"]).arg(&good).arg("--yes"));
+    let out = run(kix(&admin.kubeconfig, &gcroots)
+        .args(["deploy", &env.cluster, "--path"])
+        .arg(&good)
+        .arg("--yes"));
     assert_eq!(out.code, Some(0), "the good tree deploys: {out}");
-    let writes = admin.requests_since(mark).await.iter().filter(|r| r.is_write()).count();
+    let writes = admin
+        .requests_since(mark)
+        .await
+        .iter()
+        .filter(|r| r.is_write())
+        .count();
     assert!(writes > 0, "the audit log shows the good deploy's writes");
 
     // Malformed trees, and the size limits (16 MiB per file, 1 MiB per object).
@@ -116,19 +139,38 @@ async fn malformed_trees_and_oversized_files_are_rejected_before_any_write() {
         .map(|e| e.expect("entry").path())
         .filter(|p| p.is_dir())
         .map(|p| {
-            let expected = std::fs::read_to_string(p.join("expected-error.txt")).expect("expected-error.txt").trim().to_string();
-            (p.file_name().expect("name").to_string_lossy().into_owned(), p, expected)
+            let expected = std::fs::read_to_string(p.join("expected-error.txt"))
+                .expect("expected-error.txt")
+                .trim()
+                .to_string();
+            (
+                p.file_name().expect("name").to_string_lossy().into_owned(),
+                p,
+                expected,
+            )
         })
         .collect();
     cases.sort();
-    assert!(cases.len() >= 40, "the malformed-tree corpus: {} cases", cases.len());
+    assert!(
+        cases.len() >= 40,
+        "the malformed-tree corpus: {} cases",
+        cases.len()
+    );
     let big_file = scratch.path().join("hostile-20mib-file");
-    let content = format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big}}\ndata: {{a: \"{}\"}}\n", "x".repeat(20 * 1024 * 1024));
+    let content = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big}}\ndata: {{a: \"{}\"}}\n",
+        "x".repeat(20 * 1024 * 1024)
+    );
     let size = content.len();
     write_tree(
         &big_file,
         &env.cluster,
-        &[Pkg { name: "web".into(), depends_on: vec![], namespace: env.namespace.clone(), files: vec![("big.yaml".into(), content.into_bytes())] }],
+        &[Pkg {
+            name: "web".into(),
+            depends_on: vec![],
+            namespace: env.namespace.clone(),
+            files: vec![("big.yaml".into(), content.into_bytes())],
+        }],
     );
     cases.push((
         "file over 16 MiB".into(),
@@ -156,27 +198,43 @@ async fn malformed_trees_and_oversized_files_are_rejected_before_any_write() {
     let mark = audit_mark(&cp_dir);
     let (mut verbatim, mut by_file) = (0, 0);
     for (name, tree, expected) in &cases {
-        let out = run(kix(&admin.kubeconfig, &gcroots).args(["deploy", &cluster_of(tree), "--path"]).arg(tree).arg("--yes"));
+        let out = run(kix(&admin.kubeconfig, &gcroots)
+            .args(["deploy", &cluster_of(tree), "--path"])
+            .arg(tree)
+            .arg("--yes"));
         assert_eq!(out.code, Some(1), "{name}: rejected with exit 1: {out}");
         if out.stderr.contains(expected.as_str()) {
             verbatim += 1;
         } else {
-            let file = named_file(expected).unwrap_or_else(|| panic!("{name}: the message differs from {expected:?}: {out}"));
-            assert!(out.stderr.contains(&file), "{name}: the error names {file}: {out}");
+            let file = named_file(expected)
+                .unwrap_or_else(|| panic!("{name}: the message differs from {expected:?}: {out}"));
+            assert!(
+                out.stderr.contains(&file),
+                "{name}: the error names {file}: {out}"
+            );
             by_file += 1;
-            eprintln!("hostile tree {name}: the store copy is rejected differently, naming {file}: {}", error_line(&out.stderr));
+            eprintln!(
+                "hostile tree {name}: the store copy is rejected differently, naming {file}: {}",
+                error_line(&out.stderr)
+            );
         }
     }
     let requests = admin.requests_since(mark).await;
     let writes: Vec<&Audited> = requests.iter().filter(|r| r.is_write()).collect();
-    assert!(writes.is_empty(), "malformed trees made write requests: {writes:#?}");
+    assert!(
+        writes.is_empty(),
+        "malformed trees made write requests: {writes:#?}"
+    );
     eprintln!(
         "hostile trees: {} rejected with exit 1 ({} malformed trees of the corpus, a 20 MiB file, a 2 MiB object): {verbatim} with the reader's exact message, {by_file} naming the file differently once in the Nix store; {} requests to the apiserver, 0 writes",
         cases.len(),
         cases.len() - 2,
         requests.len()
     );
-    assert!(requests.is_empty(), "nothing is even read from the cluster before the build reads: {requests:#?}");
+    assert!(
+        requests.is_empty(),
+        "nothing is even read from the cluster before the build reads: {requests:#?}"
+    );
     admin.remove().await;
     let _ = kix_testkit::delete_namespace(&env.client, &env.namespace).await;
 }
@@ -187,13 +245,20 @@ fn shims(dir: &Path, log: &Path) -> PathBuf {
     let bin = dir.join("shims");
     std::fs::create_dir_all(&bin).expect("mkdir");
     for tool in ["nix-store", "nix"] {
-        let real = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().expect("sh");
+        let real = Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {tool}"))
+            .output()
+            .expect("sh");
         let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
         assert!(!real.is_empty(), "{tool} is installed");
         let script = bin.join(tool);
         std::fs::write(
             &script,
-            format!("#!/bin/sh\nprintf '%s\\n' \"{tool} $*\" >> '{}'\nexec '{real}' \"$@\"\n", log.display()),
+            format!(
+                "#!/bin/sh\nprintf '%s\\n' \"{tool} $*\" >> '{}'\nexec '{real}' \"$@\"\n",
+                log.display()
+            ),
         )
         .expect("shim");
         use std::os::unix::fs::PermissionsExt;
@@ -209,35 +274,104 @@ async fn hostile_store_paths_are_failed_by_the_operator_and_nothing_runs_on_them
     let (cluster, ns) = (env.cluster.clone(), env.namespace.clone());
     let marker = PathBuf::from(format!("/tmp/{}", kix_testkit::unique_name("kix-pwned")));
     let hash = "0123456789abcdfghijklmnpqrsvwxyz";
-    let cm = |name: &str| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{a: b}}\n").into_bytes();
-    let web = |files: Vec<(String, Vec<u8>)>| vec![Pkg { name: "web".into(), depends_on: vec![], namespace: ns.clone(), files }];
+    let cm = |name: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{a: b}}\n")
+            .into_bytes()
+    };
+    let web = |files: Vec<(String, Vec<u8>)>| {
+        vec![Pkg {
+            name: "web".into(),
+            depends_on: vec![],
+            namespace: ns.clone(),
+            files,
+        }]
+    };
 
     // A valid tree outside the store: the operator must not read it.
     let outside = scratch.path().join("hostile-outside");
-    write_tree(&outside, &cluster, &web(vec![("cm.yaml".into(), cm("from-outside"))]));
+    write_tree(
+        &outside,
+        &cluster,
+        &web(vec![("cm.yaml".into(), cm("from-outside"))]),
+    );
     // A store path holding a symlink that escapes the store.
     let escaping = scratch.path().join("hostile-escaping");
-    write_tree(&escaping, &cluster, &web(vec![("cm.yaml".into(), cm("from-escaping"))]));
-    std::os::unix::fs::symlink("/etc/passwd", escaping.join("packages/web/resources/passwd.yaml")).expect("symlink");
+    write_tree(
+        &escaping,
+        &cluster,
+        &web(vec![("cm.yaml".into(), cm("from-escaping"))]),
+    );
+    std::os::unix::fs::symlink(
+        "/etc/passwd",
+        escaping.join("packages/web/resources/passwd.yaml"),
+    )
+    .expect("symlink");
     let escaping = add_to_store(&escaping);
     // A store path over the reader's limits (a 20 MiB file).
     let huge = scratch.path().join("hostile-huge");
     let filler = "x".repeat(20 * 1024 * 1024);
-    write_tree(&huge, &cluster, &web(vec![("cm.yaml".into(), cm("from-huge")), ("big.yaml".into(), filler.into_bytes())]));
+    write_tree(
+        &huge,
+        &cluster,
+        &web(vec![
+            ("cm.yaml".into(), cm("from-huge")),
+            ("big.yaml".into(), filler.into_bytes()),
+        ]),
+    );
     let huge = add_to_store(&huge);
 
     let m = marker.display();
     let cases: Vec<(&str, String, &str)> = vec![
-        ("parent directory", "/nix/store/../etc/passwd".into(), "invalid store path"),
-        ("parent inside", format!("/nix/store/{hash}-x/../../../etc"), "invalid store path"),
-        ("not in the store", outside.display().to_string(), "invalid store path"),
-        ("semicolon", format!("/nix/store/{hash}-x;touch {m}"), "invalid store path"),
-        ("command substitution", format!("/nix/store/{hash}-x$(touch {m})"), "invalid store path"),
-        ("backticks", format!("/nix/store/{hash}-x`touch {m}`"), "invalid store path"),
-        ("newline", format!("/nix/store/{hash}-x\ntouch {m}"), "invalid store path"),
-        ("pipe", format!("/nix/store/{hash}-x|touch {m}"), "invalid store path"),
-        ("symlink escaping the store", escaping.clone(), "resolves outside the Nix store"),
-        ("huge tree", huge.clone(), "more than the limit of 16777216 bytes per file"),
+        (
+            "parent directory",
+            "/nix/store/../etc/passwd".into(),
+            "invalid store path",
+        ),
+        (
+            "parent inside",
+            format!("/nix/store/{hash}-x/../../../etc"),
+            "invalid store path",
+        ),
+        (
+            "not in the store",
+            outside.display().to_string(),
+            "invalid store path",
+        ),
+        (
+            "semicolon",
+            format!("/nix/store/{hash}-x;touch {m}"),
+            "invalid store path",
+        ),
+        (
+            "command substitution",
+            format!("/nix/store/{hash}-x$(touch {m})"),
+            "invalid store path",
+        ),
+        (
+            "backticks",
+            format!("/nix/store/{hash}-x`touch {m}`"),
+            "invalid store path",
+        ),
+        (
+            "newline",
+            format!("/nix/store/{hash}-x\ntouch {m}"),
+            "invalid store path",
+        ),
+        (
+            "pipe",
+            format!("/nix/store/{hash}-x|touch {m}"),
+            "invalid store path",
+        ),
+        (
+            "symlink escaping the store",
+            escaping.clone(),
+            "resolves outside the Nix store",
+        ),
+        (
+            "huge tree",
+            huge.clone(),
+            "more than the limit of 16777216 bytes per file",
+        ),
     ];
 
     let log = scratch.path().join("nix-calls.log");
@@ -260,17 +394,39 @@ async fn hostile_store_paths_are_failed_by_the_operator_and_nothing_runs_on_them
         .expect("spec");
         let record = Activation::new_record(i as u64 + 1, spec);
         let name = kube::ResourceExt::name_any(&record);
-        records.create(&PostParams::default(), &record).await.expect("create the record");
-        let record = poll(&format!("{what}: the record Failed"), Duration::from_secs(60), Duration::from_millis(100), || async {
-            records.get(&name).await.ok().filter(|r| r.phase() == Some(Phase::Failed))
-        })
+        records
+            .create(&PostParams::default(), &record)
+            .await
+            .expect("create the record");
+        let record = poll(
+            &format!("{what}: the record Failed"),
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+            || async {
+                records
+                    .get(&name)
+                    .await
+                    .ok()
+                    .filter(|r| r.phase() == Some(Phase::Failed))
+            },
+        )
         .await;
         let message = record.status.and_then(|s| s.message).unwrap_or_default();
-        assert!(message.contains(expected), "{what}: Failed with {message:?}, expected it to say {expected:?}");
-        eprintln!("hostile path {what}: Failed: {}", message.replace('\n', "\\n"));
+        assert!(
+            message.contains(expected),
+            "{what}: Failed with {message:?}, expected it to say {expected:?}"
+        );
+        eprintln!(
+            "hostile path {what}: Failed: {}",
+            message.replace('\n', "\\n")
+        );
     }
 
-    assert!(!marker.exists(), "{} was created: a hostile path ran a command", marker.display());
+    assert!(
+        !marker.exists(),
+        "{} was created: a hostile path ran a command",
+        marker.display()
+    );
     let calls = std::fs::read_to_string(&log).unwrap_or_default();
     let calls: Vec<&str> = calls.lines().filter(|l| !l.trim().is_empty()).collect();
     for call in &calls {
@@ -279,9 +435,16 @@ async fn hostile_store_paths_are_failed_by_the_operator_and_nothing_runs_on_them
             "the operator ran Nix on something other than a valid store path: {call}"
         );
     }
-    assert!(calls.iter().any(|c| c.contains(&escaping)), "the shims work: the valid escaping path was checked: {calls:?}");
+    assert!(
+        calls.iter().any(|c| c.contains(&escaping)),
+        "the shims work: the valid escaping path was checked: {calls:?}"
+    );
     let live = managed(&env.client, &ns).await.expect("list");
-    assert!(live.is_empty(), "nothing was applied: {:?}", live.keys().collect::<Vec<_>>());
+    assert!(
+        live.is_empty(),
+        "nothing was applied: {:?}",
+        live.keys().collect::<Vec<_>>()
+    );
     eprintln!(
         "hostile paths: {} records Failed with a message; {} Nix calls, all on the 2 syntactically valid store paths; {} not created; nothing applied",
         cases.len(),
@@ -289,11 +452,24 @@ async fn hostile_store_paths_are_failed_by_the_operator_and_nothing_runs_on_them
         marker.display()
     );
     // The records carry the operator's finalizer: deleted while it runs.
-    let selector = kube::api::ListParams::default().labels(&kix_api::labels::cluster_selector(&cluster));
-    let _ = records.delete_collection(&DeleteParams::default(), &selector).await;
-    poll("the records deleted", Duration::from_secs(60), Duration::from_millis(200), || async {
-        records.list_metadata(&selector).await.ok().filter(|l| l.items.is_empty()).map(|_| ())
-    })
+    let selector =
+        kube::api::ListParams::default().labels(&kix_api::labels::cluster_selector(&cluster));
+    let _ = records
+        .delete_collection(&DeleteParams::default(), &selector)
+        .await;
+    poll(
+        "the records deleted",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async {
+            records
+                .list_metadata(&selector)
+                .await
+                .ok()
+                .filter(|l| l.items.is_empty())
+                .map(|_| ())
+        },
+    )
     .await;
     let _ = kix_testkit::delete_namespace(&env.client, &ns).await;
 }

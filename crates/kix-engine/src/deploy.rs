@@ -413,7 +413,11 @@ async fn run(
     let sequence = Activation::sequence_in(&plan.activation, &plan.cluster).unwrap_or(1);
     let spec = activation_spec(plan, options);
     let record = match &options.record {
-        Some(existing) => kube::Api::<Activation>::all(client.clone()).get(existing).await?,
+        Some(existing) => {
+            kube::Api::<Activation>::all(client.clone())
+                .get(existing)
+                .await?
+        }
         None => records::create(client, sequence, spec, plan.kinds.clone()).await?,
     };
     let name = record.name_any();
@@ -804,7 +808,11 @@ async fn apply_tagged<'a>(
     d: &'a Desired,
     p: &'a PlannedObject,
     options: &DeployOptions,
-) -> (&'a Desired, &'a PlannedObject, std::result::Result<serde_json::Value, String>) {
+) -> (
+    &'a Desired,
+    &'a PlannedObject,
+    std::result::Result<serde_json::Value, String>,
+) {
     (d, p, apply_one(client, d, p, options).await)
 }
 

@@ -23,8 +23,8 @@ pub mod packages;
 pub mod plan;
 pub mod records;
 pub mod resources;
-pub mod status;
 pub mod retire;
+pub mod status;
 pub mod wait;
 
 pub use error::{EngineError, Result};

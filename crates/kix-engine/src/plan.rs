@@ -376,7 +376,14 @@ pub async fn plan(
     // the plan future stays Send for any caller (the operator spawns it).
     let mut checks = Vec::with_capacity(first_pass.len());
     for (planned, d) in first_pass.into_iter().zip(desired.iter()) {
-        checks.push(dry_run(client, planned, d, options, &creating_namespaces, full.get(&d.key)));
+        checks.push(dry_run(
+            client,
+            planned,
+            d,
+            options,
+            &creating_namespaces,
+            full.get(&d.key),
+        ));
     }
     let checked: Vec<PlannedObject> = stream::iter(checks)
         .buffered(DRY_RUN_CONCURRENCY)
@@ -619,7 +626,8 @@ async fn dry_run(
         // A read-only account may plan: the change is shown without the
         // server's check.
         Err(kube::Error::Api(status)) if status.code == 403 => {
-            planned.note = Some("not checked by server-side dry-run: no permission to patch".into());
+            planned.note =
+                Some("not checked by server-side dry-run: no permission to patch".into());
             Ok(planned)
         }
         Err(source) => Err(EngineError::Object {

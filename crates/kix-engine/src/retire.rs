@@ -38,7 +38,11 @@ pub struct RetireReport {
 /// Releases the objects of `record`. `retiring` names every record going
 /// away in the same run (gc retires several): none of them counts as keeping
 /// an object.
-pub async fn release_objects(client: &Client, record: &Activation, retiring: &BTreeSet<String>) -> Result<RetireReport> {
+pub async fn release_objects(
+    client: &Client,
+    record: &Activation,
+    retiring: &BTreeSet<String>,
+) -> Result<RetireReport> {
     let name = record.name_any();
     let cluster = record.cluster_name().to_string();
     let all = records::list_all(client).await?;
@@ -54,13 +58,22 @@ pub async fn release_objects(client: &Client, record: &Activation, retiring: &BT
     let mut resources = Resources::new(client.clone());
     let mut current_keys: BTreeSet<ObjectKey> = BTreeSet::new();
     if let Some(current) = current {
-        let build = kix_manifest::read_tree(std::path::Path::new(&current.spec.source.path), &kix_manifest::ReadOptions::default())?;
-        current_keys = crate::desired::desired_objects(&build, &mut resources).await?.into_iter().map(|d| d.key).collect();
+        let build = kix_manifest::read_tree(
+            std::path::Path::new(&current.spec.source.path),
+            &kix_manifest::ReadOptions::default(),
+        )?;
+        current_keys = crate::desired::desired_objects(&build, &mut resources)
+            .await?
+            .into_iter()
+            .map(|d| d.key)
+            .collect();
     }
 
     let mut kinds = Vec::new();
     for kind in record.status.iter().flat_map(|s| &s.kinds) {
-        let Some((api_version, kind)) = kind.rsplit_once('/') else { continue };
+        let Some((api_version, kind)) = kind.rsplit_once('/') else {
+            continue;
+        };
         if let Some(r) = resources.get(api_version, kind).await?
             && r.served == Served::Yes
         {
@@ -68,7 +81,10 @@ pub async fn release_objects(client: &Client, record: &Activation, retiring: &BT
         }
     }
     let live = list_kinds(client, kinds, Some(&kix_api::labels::managed_selector())).await?;
-    let mut mine: Vec<_> = live.values().filter(|l| l.owned && l.activations.contains(&name)).collect();
+    let mut mine: Vec<_> = live
+        .values()
+        .filter(|l| l.owned && l.activations.contains(&name))
+        .collect();
     // Dependents before what they live in (reverse apply order).
     mine.sort_by(|a, b| {
         let ra = kix_manifest::kind_rank(&a.key.group, &a.key.kind);
@@ -78,25 +94,44 @@ pub async fn release_objects(client: &Client, record: &Activation, retiring: &BT
 
     let mut report = RetireReport::default();
     for l in mine {
-        let reference = ObjectRef::new(l.api_version.clone(), l.key.kind.clone(), l.key.namespace.clone(), l.key.name.clone());
+        let reference = ObjectRef::new(
+            l.api_version.clone(),
+            l.key.kind.clone(),
+            l.key.namespace.clone(),
+            l.key.name.clone(),
+        );
         let api: Api<DynamicObject> = match &l.key.namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &l.resource),
             None => Api::all_with(client.clone(), &l.resource),
         };
-        let others: BTreeSet<String> = l.activations.iter().filter(|a| !belongs_to(a, &cluster, &clusters)).cloned().collect();
+        let others: BTreeSet<String> = l
+            .activations
+            .iter()
+            .filter(|a| !belongs_to(a, &cluster, &clusters))
+            .cloned()
+            .collect();
         let annotate = |value: BTreeSet<String>| {
             let patch = serde_json::json!({"metadata": {"annotations": {
                 ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&value)
             }}});
             let api = api.clone();
             let name = l.key.name.clone();
-            async move { api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ()) }
+            async move {
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| ())
+            }
         };
         let result = if l.prune_disabled {
             report.kept.push(reference.clone());
             Ok(())
         } else if let Some(current) = current.filter(|_| current_keys.contains(&l.key)) {
-            let mut value: BTreeSet<String> = l.activations.iter().filter(|a| *a != &name).cloned().collect();
+            let mut value: BTreeSet<String> = l
+                .activations
+                .iter()
+                .filter(|a| *a != &name)
+                .cloned()
+                .collect();
             value.insert(current.name_any());
             let r = annotate(value).await;
             if r.is_ok() {
@@ -110,7 +145,10 @@ pub async fn release_objects(client: &Client, record: &Activation, retiring: &BT
             }
             r
         } else {
-            let params = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..Default::default() };
+            let params = DeleteParams {
+                propagation_policy: Some(PropagationPolicy::Background),
+                ..Default::default()
+            };
             match api.delete(&l.key.name, &params).await {
                 Ok(_) => {
                     report.deleted.push(reference.clone());

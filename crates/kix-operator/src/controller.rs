@@ -60,7 +60,11 @@ impl AllowList {
         let mut out = Vec::new();
         for object in build.objects() {
             let key = &object.key;
-            let kind = if key.group.is_empty() { key.kind.clone() } else { format!("{}.{}", key.kind, key.group) };
+            let kind = if key.group.is_empty() {
+                key.kind.clone()
+            } else {
+                format!("{}.{}", key.kind, key.group)
+            };
             if !self.kinds.is_empty() && !self.kinds.contains(&kind) {
                 out.push(format!("{key}: kind {kind} is not allowed"));
                 continue;
@@ -68,7 +72,11 @@ impl AllowList {
             if self.namespaces.is_empty() {
                 continue;
             }
-            let namespace = if key.group.is_empty() && key.kind == "Namespace" { Some(&key.name) } else { key.namespace.as_ref() };
+            let namespace = if key.group.is_empty() && key.kind == "Namespace" {
+                Some(&key.name)
+            } else {
+                key.namespace.as_ref()
+            };
             match namespace {
                 Some(ns) if self.namespaces.contains(ns) => {}
                 Some(ns) => out.push(format!("{key}: namespace {ns} is not allowed")),
@@ -97,8 +105,13 @@ pub struct Context {
 }
 
 #[instrument(skip(record, ctx), fields(activation = %record.name_any()))]
-pub async fn reconcile(record: Arc<Activation>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    if !record.is_operator() || !(ctx.clusters.is_empty() || ctx.clusters.contains(record.cluster_name())) {
+pub async fn reconcile(
+    record: Arc<Activation>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    if !record.is_operator()
+        || !(ctx.clusters.is_empty() || ctx.clusters.contains(record.cluster_name()))
+    {
         return Ok(Action::await_change());
     }
     let started = Instant::now();
@@ -112,7 +125,8 @@ pub async fn reconcile(record: Arc<Activation>, ctx: Arc<Context>) -> Result<Act
     .await;
     ctx.metrics.reconciled(started.elapsed());
     result.map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        kube::runtime::finalizer::Error::ApplyFailed(e)
+        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
         other => ReconcileError::Finalizer(other.to_string()),
     })
 }
@@ -125,13 +139,23 @@ pub fn error_policy(_record: Arc<Activation>, error: &ReconcileError, ctx: Arc<C
 
 async fn event(ctx: &Context, record: &Activation, type_: EventType, reason: &str, note: String) {
     let reference: ObjectReference = record.object_ref(&());
-    let ev = KubeEvent { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+    let ev = KubeEvent {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
     if let Err(err) = ctx.recorder.publish(&ev, &reference).await {
         warn!("could not publish event: {err}");
     }
 }
 
-async fn fail(ctx: &Context, record: &Activation, message: String) -> Result<Action, ReconcileError> {
+async fn fail(
+    ctx: &Context,
+    record: &Activation,
+    message: String,
+) -> Result<Action, ReconcileError> {
     warn!("{message}");
     let mut status = record.status.clone().unwrap_or_default();
     status.phase = Some(Phase::Failed);
@@ -146,24 +170,31 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     let name = record.name_any();
     let cluster = record.cluster_name().to_string();
     let phase = record.phase_or_pending();
-    let spec_changed = record.status.as_ref().and_then(|s| s.observed_generation) != record.metadata.generation;
+    let spec_changed =
+        record.status.as_ref().and_then(|s| s.observed_generation) != record.metadata.generation;
 
     // Only the newest operator record of a cluster is acted on.
     let all = kix_engine::records::list_all(&ctx.client).await?;
     let newer = kix_engine::records::of_cluster(&all, &cluster)
         .into_iter()
-        .any(|r| r.is_operator() && r.sequence() > record.sequence() && r.phase() != Some(Phase::Failed));
+        .any(|r| {
+            r.is_operator() && r.sequence() > record.sequence() && r.phase() != Some(Phase::Failed)
+        });
     if newer {
         if matches!(phase, Phase::Pending | Phase::Applying) {
             let msg = "a newer activation took over".to_string();
-            kix_engine::records::set_phase(&ctx.client, &record, Phase::Superseded, Some(msg)).await?;
+            kix_engine::records::set_phase(&ctx.client, &record, Phase::Superseded, Some(msg))
+                .await?;
         }
         return Ok(Action::await_change());
     }
     if phase == Phase::Superseded || (phase == Phase::Failed && !spec_changed) {
         return Ok(Action::await_change());
     }
-    ctx.current.lock().map(|mut m| m.insert(cluster.clone(), name.clone())).ok();
+    ctx.current
+        .lock()
+        .map(|mut m| m.insert(cluster.clone(), name.clone()))
+        .ok();
 
     // The store path: syntax first, then nix-store (valid, or realised from
     // the configured substituters). Nothing outside it is read or run.
@@ -174,18 +205,44 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     let checked = path.clone();
     match tokio::task::spawn_blocking(move || kix_nix::ensure_valid(&checked)).await {
         Ok(Ok(())) => {}
-        Ok(Err(err)) => return fail(ctx, &record, format!("store path {path} is not available: {err}")).await,
+        Ok(Err(err)) => {
+            return fail(
+                ctx,
+                &record,
+                format!("store path {path} is not available: {err}"),
+            )
+            .await;
+        }
         Err(err) => return fail(ctx, &record, format!("checking {path}: {err}")).await,
     }
-    let build = match kix_manifest::read_tree(path.as_path(), &kix_manifest::ReadOptions::default()) {
+    let build = match kix_manifest::read_tree(path.as_path(), &kix_manifest::ReadOptions::default())
+    {
         Ok(build) if build.cluster == cluster => build,
-        Ok(build) => return fail(ctx, &record, format!("{path} is a build of Kix cluster {:?}, not {cluster:?}", build.cluster)).await,
+        Ok(build) => {
+            return fail(
+                ctx,
+                &record,
+                format!(
+                    "{path} is a build of Kix cluster {:?}, not {cluster:?}",
+                    build.cluster
+                ),
+            )
+            .await;
+        }
         Err(err) => return fail(ctx, &record, format!("reading {path}: {err}")).await,
     };
     let violations = ctx.allow.violations(&build);
     if !violations.is_empty() {
         let shown: Vec<&str> = violations.iter().take(10).map(String::as_str).collect();
-        return fail(ctx, &record, format!("the build is outside this operator's allow-list: {}", shown.join("; "))).await;
+        return fail(
+            ctx,
+            &record,
+            format!(
+                "the build is outside this operator's allow-list: {}",
+                shown.join("; ")
+            ),
+        )
+        .await;
     }
     if let Ok(mut kinds) = ctx.kinds.lock() {
         for object in build.objects() {
@@ -194,12 +251,18 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     }
 
     let fresh = matches!(phase, Phase::Pending | Phase::Applying | Phase::Failed) || spec_changed;
-    let plan_options = PlanOptions { reconcile: !fresh, force_conflicts: true, prune: true, activation: Some(name.clone()) };
+    let plan_options = PlanOptions {
+        reconcile: !fresh,
+        force_conflicts: true,
+        prune: true,
+        activation: Some(name.clone()),
+    };
     let plan = kix_engine::plan::plan(&ctx.client, &build, path.as_str(), &plan_options).await?;
     if !fresh && !plan.has_changes() {
         return Ok(Action::requeue(ctx.resync));
     }
-    let drifted = plan.counts.create + plan.counts.update + plan.counts.delete + plan.counts.replace;
+    let drifted =
+        plan.counts.create + plan.counts.update + plan.counts.delete + plan.counts.replace;
     let options = DeployOptions {
         engine: kix_api::Engine::Operator,
         accept_migrations: true,
@@ -208,12 +271,26 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         on_error: OnError::Continue,
         record: Some(name.clone()),
         holder: ctx.holder.clone(),
-        lease: kix_engine::lease::LeaseOptions { namespace: ctx.lease_namespace.clone(), ..Default::default() },
-        receipt: ReceiptInfo { user: "kix-operator".into(), host: ctx.holder.clone(), ..Default::default() },
+        lease: kix_engine::lease::LeaseOptions {
+            namespace: ctx.lease_namespace.clone(),
+            ..Default::default()
+        },
+        receipt: ReceiptInfo {
+            user: "kix-operator".into(),
+            host: ctx.holder.clone(),
+            ..Default::default()
+        },
         ..DeployOptions::default()
     };
     if fresh {
-        event(ctx, &record, EventType::Normal, "Applying", format!("applying {path}")).await;
+        event(
+            ctx,
+            &record,
+            EventType::Normal,
+            "Applying",
+            format!("applying {path}"),
+        )
+        .await;
     }
     let outcome = kix_engine::deploy::deploy(&ctx.client, &build, plan, &options).await?;
     let api: Api<Activation> = Api::all(ctx.client.clone());
@@ -225,7 +302,8 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         drift.detected += drifted;
         drift.corrected += outcome.applied + outcome.pruned;
         drift.last_corrected = Some(Utc::now());
-        ctx.metrics.drift_corrected(u64::from(outcome.applied + outcome.pruned));
+        ctx.metrics
+            .drift_corrected(u64::from(outcome.applied + outcome.pruned));
         info!(objects = drifted, "corrected drift");
     }
     kix_engine::records::set_status(&ctx.client, &name, &status).await?;
@@ -240,7 +318,8 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
 
 async fn cleanup(record: Arc<Activation>, ctx: &Context) -> Result<Action, ReconcileError> {
     let name = record.name_any();
-    let report = kix_engine::retire::release_objects(&ctx.client, &record, &BTreeSet::new()).await?;
+    let report =
+        kix_engine::retire::release_objects(&ctx.client, &record, &BTreeSet::new()).await?;
     if !report.failed.is_empty() {
         // Reported on the record and as an event; the finalizer stays and
         // retries, so a deletion never hangs silently.
@@ -248,17 +327,39 @@ async fn cleanup(record: Arc<Activation>, ctx: &Context) -> Result<Action, Recon
         status.failed_deletions = report
             .failed
             .iter()
-            .map(|(object, reason)| FailedDeletion { object: object.clone(), reason: reason.clone() })
+            .map(|(object, reason)| FailedDeletion {
+                object: object.clone(),
+                reason: reason.clone(),
+            })
             .collect();
-        let summary: Vec<String> = report.failed.iter().map(|(o, r)| format!("{o}: {r}")).collect();
-        status.message = Some(format!("cannot delete {} objects: {}", report.failed.len(), summary.join("; ")));
+        let summary: Vec<String> = report
+            .failed
+            .iter()
+            .map(|(o, r)| format!("{o}: {r}"))
+            .collect();
+        status.message = Some(format!(
+            "cannot delete {} objects: {}",
+            report.failed.len(),
+            summary.join("; ")
+        ));
         kix_engine::records::set_status(&ctx.client, &name, &status).await?;
-        event(ctx, &record, EventType::Warning, "DeleteFailed", summary.join("; ")).await;
+        event(
+            ctx,
+            &record,
+            EventType::Warning,
+            "DeleteFailed",
+            summary.join("; "),
+        )
+        .await;
         return Err(ReconcileError::Release(summary.join("; ")));
     }
     if let Err(err) = kix_nix::GcRoots::from_env().remove(record.cluster_name(), &name) {
         warn!("could not remove the GC root of {name}: {err}");
     }
-    info!(deleted = report.deleted.len(), kept = report.repointed.len() + report.trimmed.len() + report.kept.len(), "released objects");
+    info!(
+        deleted = report.deleted.len(),
+        kept = report.repointed.len() + report.trimmed.len() + report.kept.len(),
+        "released objects"
+    );
     Ok(Action::await_change())
 }

@@ -11,11 +11,18 @@ use crate::metrics::Metrics;
 
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     loop {
-        let Ok((mut socket, _)) = listener.accept().await else { continue };
+        let Ok((mut socket, _)) = listener.accept().await else {
+            continue;
+        };
         let metrics = metrics.clone();
         tokio::spawn(async move {
             let mut buf = [0u8; 1024];
-            let n = match tokio::time::timeout(std::time::Duration::from_secs(5), socket.read(&mut buf)).await {
+            let n = match tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                socket.read(&mut buf),
+            )
+            .await
+            {
                 Ok(Ok(n)) => n,
                 _ => return,
             };
@@ -26,7 +33,9 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
                 "/healthz" | "/livez" => ("200 OK", "ok\n".to_string()),
                 // Ready once the client works; a non-leader replica is ready too
                 // (it stands by).
-                "/readyz" if metrics.ready.load(Ordering::Relaxed) => ("200 OK", "ok\n".to_string()),
+                "/readyz" if metrics.ready.load(Ordering::Relaxed) => {
+                    ("200 OK", "ok\n".to_string())
+                }
                 "/readyz" => ("503 Service Unavailable", "starting\n".to_string()),
                 _ => ("404 Not Found", "not found\n".to_string()),
             };

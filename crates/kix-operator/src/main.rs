@@ -29,7 +29,11 @@ use crate::controller::Context;
 use crate::metrics::Metrics;
 
 #[derive(Debug, Parser)]
-#[command(name = "kix-operator", version, about = "Keeps the current Activation of every Kix cluster applied")]
+#[command(
+    name = "kix-operator",
+    version,
+    about = "Keeps the current Activation of every Kix cluster applied"
+)]
 struct Args {
     /// Kubeconfig file; in-cluster configuration when absent.
     #[arg(long, env = "KUBECONFIG")]
@@ -79,8 +83,13 @@ enum LogFormat {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration (like 60s, 5m)"))?;
+    let (number, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (like 60s, 5m)"))?;
     match unit {
         "" | "s" => Ok(Duration::from_secs(n)),
         "m" => Ok(Duration::from_secs(n * 60)),
@@ -92,7 +101,9 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("KIX_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
@@ -100,10 +111,14 @@ fn init_logging(format: LogFormat) {
 }
 
 async fn client(args: &Args) -> anyhow::Result<Client> {
-    let options = KubeConfigOptions { context: args.context.clone(), ..Default::default() };
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        ..Default::default()
+    };
     let config = match &args.kubeconfig {
         Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
             Config::from_custom_kubeconfig(kubeconfig, &options).await?
         }
         None => Config::infer().await?,
@@ -117,7 +132,9 @@ async fn main() -> anyhow::Result<()> {
     init_logging(args.log_format);
     let client = client(&args).await?;
     let identity = args.identity.clone().unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "kix-operator".into());
+        let host = std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "kix-operator".into());
         format!("{host}-{}", std::process::id())
     });
     let metrics = Arc::new(Metrics::default());
@@ -126,7 +143,10 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", args.metrics_addr))?;
     info!(addr = %listener.local_addr()?, "serving /metrics, /healthz, /readyz");
     tokio::spawn(http::serve(listener, metrics.clone()));
-    client.apiserver_version().await.context("reaching the apiserver")?;
+    client
+        .apiserver_version()
+        .await
+        .context("reaching the apiserver")?;
     metrics.ready.store(true, Ordering::Relaxed);
 
     // Leader election: only the holder of the lease runs the controller.
@@ -141,7 +161,8 @@ async fn main() -> anyhow::Result<()> {
     let (mut is_leader, lease_task) = leader.watch().await;
 
     let shutdown = async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {},
             _ = async { if let Some(t) = term.as_mut() { t.recv().await; } else { std::future::pending::<()>().await } } => {},
@@ -163,7 +184,13 @@ async fn main() -> anyhow::Result<()> {
         let ctx = Arc::new(Context {
             client: client.clone(),
             metrics: metrics.clone(),
-            recorder: Recorder::new(client.clone(), Reporter { controller: "kix-operator".into(), instance: Some(identity.clone()) }),
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "kix-operator".into(),
+                    instance: Some(identity.clone()),
+                },
+            ),
             resync: args.resync_interval,
             holder: identity.clone(),
             lease_namespace: args.lease_namespace.clone(),

@@ -48,32 +48,74 @@ impl Metrics {
 
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "# HELP kix_operator_reconciles_total Reconciles of Activation records.");
+        let _ = writeln!(
+            out,
+            "# HELP kix_operator_reconciles_total Reconciles of Activation records."
+        );
         let _ = writeln!(out, "# TYPE kix_operator_reconciles_total counter");
-        let _ = writeln!(out, "kix_operator_reconciles_total {}", self.reconciles.load(Ordering::Relaxed));
-        let _ = writeln!(out, "# HELP kix_operator_drift_corrections_total Objects re-applied because they drifted or were deleted.");
+        let _ = writeln!(
+            out,
+            "kix_operator_reconciles_total {}",
+            self.reconciles.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP kix_operator_drift_corrections_total Objects re-applied because they drifted or were deleted."
+        );
         let _ = writeln!(out, "# TYPE kix_operator_drift_corrections_total counter");
-        let _ = writeln!(out, "kix_operator_drift_corrections_total {}", self.drift_corrections.load(Ordering::Relaxed));
-        let _ = writeln!(out, "# HELP kix_operator_errors_total Reconcile errors by reason.");
+        let _ = writeln!(
+            out,
+            "kix_operator_drift_corrections_total {}",
+            self.drift_corrections.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP kix_operator_errors_total Reconcile errors by reason."
+        );
         let _ = writeln!(out, "# TYPE kix_operator_errors_total counter");
         if let Ok(errors) = self.errors.lock() {
             for (reason, n) in errors.iter() {
                 let _ = writeln!(out, "kix_operator_errors_total{{reason=\"{reason}\"}} {n}");
             }
         }
-        let _ = writeln!(out, "# HELP kix_operator_reconcile_duration_seconds Time one reconcile took.");
-        let _ = writeln!(out, "# TYPE kix_operator_reconcile_duration_seconds histogram");
+        let _ = writeln!(
+            out,
+            "# HELP kix_operator_reconcile_duration_seconds Time one reconcile took."
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE kix_operator_reconcile_duration_seconds histogram"
+        );
         if let Ok(d) = self.durations.lock() {
             for (i, bound) in BUCKETS.iter().enumerate() {
-                let _ = writeln!(out, "kix_operator_reconcile_duration_seconds_bucket{{le=\"{bound}\"}} {}", d.0[i]);
+                let _ = writeln!(
+                    out,
+                    "kix_operator_reconcile_duration_seconds_bucket{{le=\"{bound}\"}} {}",
+                    d.0[i]
+                );
             }
-            let _ = writeln!(out, "kix_operator_reconcile_duration_seconds_bucket{{le=\"+Inf\"}} {}", d.2);
-            let _ = writeln!(out, "kix_operator_reconcile_duration_seconds_sum {}", d.1 as f64 / 1e6);
+            let _ = writeln!(
+                out,
+                "kix_operator_reconcile_duration_seconds_bucket{{le=\"+Inf\"}} {}",
+                d.2
+            );
+            let _ = writeln!(
+                out,
+                "kix_operator_reconcile_duration_seconds_sum {}",
+                d.1 as f64 / 1e6
+            );
             let _ = writeln!(out, "kix_operator_reconcile_duration_seconds_count {}", d.2);
         }
-        let _ = writeln!(out, "# HELP kix_operator_leader Whether this replica holds the leader lease.");
+        let _ = writeln!(
+            out,
+            "# HELP kix_operator_leader Whether this replica holds the leader lease."
+        );
         let _ = writeln!(out, "# TYPE kix_operator_leader gauge");
-        let _ = writeln!(out, "kix_operator_leader {}", u8::from(self.leader.load(Ordering::Relaxed)));
+        let _ = writeln!(
+            out,
+            "kix_operator_leader {}",
+            u8::from(self.leader.load(Ordering::Relaxed))
+        );
         out
     }
 }

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kix_api::Activation;
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
-use kube::ResourceExt;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::controller::Context;
@@ -24,17 +24,26 @@ pub async fn run(ctx: Arc<Context>, trigger: UnboundedSender<ObjectRef<Activatio
     let mut watching: BTreeSet<String> = BTreeSet::new();
     let mut resources = kix_engine::resources::Resources::new(ctx.client.clone());
     loop {
-        let kinds: Vec<String> = ctx.kinds.lock().map(|k| k.iter().cloned().collect()).unwrap_or_default();
+        let kinds: Vec<String> = ctx
+            .kinds
+            .lock()
+            .map(|k| k.iter().cloned().collect())
+            .unwrap_or_default();
         for kind in kinds {
             if watching.contains(&kind) {
                 continue;
             }
-            let Some((api_version, k)) = kind.rsplit_once('/') else { continue };
+            let Some((api_version, k)) = kind.rsplit_once('/') else {
+                continue;
+            };
             resources.refresh();
-            let Ok(Some(resource)) = resources.get(api_version, k).await else { continue };
+            let Ok(Some(resource)) = resources.get(api_version, k).await else {
+                continue;
+            };
             watching.insert(kind.clone());
             // Metadata only: the activations annotation is all a trigger needs.
-            let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(ctx.client.clone(), &resource.api);
+            let api: Api<PartialObjectMeta<DynamicObject>> =
+                Api::all_with(ctx.client.clone(), &resource.api);
             let config = watcher::Config::default().labels(&kix_api::labels::managed_selector());
             let ctx = ctx.clone();
             let trigger = trigger.clone();
@@ -46,7 +55,11 @@ pub async fn run(ctx: Arc<Context>, trigger: UnboundedSender<ObjectRef<Activatio
                         _ => continue,
                     };
                     for object in objects {
-                        let annotation = object.annotations().get(kix_api::ANNOTATION_ACTIVATIONS).cloned().unwrap_or_default();
+                        let annotation = object
+                            .annotations()
+                            .get(kix_api::ANNOTATION_ACTIVATIONS)
+                            .cloned()
+                            .unwrap_or_default();
                         for name in kix_api::labels::parse_activations(&annotation) {
                             if let Some(current) = current_record_for(&ctx, &name) {
                                 let _ = trigger.send(ObjectRef::new(&current));

@@ -27,18 +27,32 @@ impl Operator {
             .arg(kix_testkit::kubeconfig_path())
             .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
             .args(["--leader-lease", lease, "--lease-namespace", &env.namespace])
-            .args(["--leader-lease-seconds", "4", "--resync-interval", "30s", "--log-format", "json"])
+            .args([
+                "--leader-lease-seconds",
+                "4",
+                "--resync-interval",
+                "30s",
+                "--log-format",
+                "json",
+            ])
             .env("KIX_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"));
         for c in clusters {
             cmd.args(["--cluster", c]);
         }
-        Operator { child: cmd.spawn().expect("start kix-operator"), metrics, log }
+        Operator {
+            child: cmd.spawn().expect("start kix-operator"),
+            metrics,
+            log,
+        }
     }
 
     fn metric(&self, name: &str) -> Option<f64> {
-        let out = Command::new("curl").args(["-sf", &format!("http://127.0.0.1:{}/metrics", self.metrics)]).output().ok()?;
+        let out = Command::new("curl")
+            .args(["-sf", &format!("http://127.0.0.1:{}/metrics", self.metrics)])
+            .output()
+            .ok()?;
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
@@ -58,14 +72,22 @@ impl Operator {
 impl Drop for Operator {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("---- operator log {} ----\n{}", self.log.display(), self.log());
+            eprintln!(
+                "---- operator log {} ----\n{}",
+                self.log.display(),
+                self.log()
+            );
         }
         self.kill();
     }
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 /// A format-1 tree with one package `web` holding `yaml`, in a fresh temp dir.
@@ -74,7 +96,8 @@ fn tree(dir: &Path, cluster: &str, namespace: &str, yaml: &str) -> PathBuf {
     std::fs::create_dir_all(root.join("packages/web/resources")).expect("mkdir");
     std::fs::write(
         root.join("kix.json"),
-        serde_json::json!({"format": 1, "cluster": cluster, "packages": ["web"], "settings": {}}).to_string(),
+        serde_json::json!({"format": 1, "cluster": cluster, "packages": ["web"], "settings": {}})
+            .to_string(),
     )
     .expect("kix.json");
     std::fs::write(
@@ -90,7 +113,11 @@ fn tree(dir: &Path, cluster: &str, namespace: &str, yaml: &str) -> PathBuf {
 /// The `kix` binary beside `kix-operator` (`cargo test --workspace` builds both).
 fn kix_bin() -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_kix-operator")).with_file_name("kix");
-    assert!(bin.exists(), "{} is missing: build it with `cargo build -p kix-cli`", bin.display());
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with `cargo build -p kix-cli`",
+        bin.display()
+    );
     bin
 }
 
@@ -105,11 +132,17 @@ fn kix(args: &[&str]) -> Output {
 }
 
 fn text(out: &Output) -> String {
-    format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 fn configmap(name: &str, value: &str) -> String {
-    format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{value: {value}}}\n")
+    format!(
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{value: {value}}}\n"
+    )
 }
 
 async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Duration
@@ -128,46 +161,86 @@ where
 }
 
 async fn cm_value(api: &Api<ConfigMap>, name: &str) -> Option<String> {
-    api.get_opt(name).await.ok().flatten().and_then(|c| c.data?.get("value").cloned())
+    api.get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|c| c.data?.get("value").cloned())
 }
 
 #[tokio::test]
 async fn deploy_through_the_operator_then_drift_is_corrected() {
     let env = TestEnv::new("op-drift").await.expect("env");
     let dir = tempfile::tempdir().expect("tmp");
-    let _op = Operator::start(&env, &[&env.cluster], &kix_testkit::unique_name("lease"), dir.path());
-    let root = tree(dir.path(), &env.cluster, &env.namespace, &configmap("settings", "hello"));
+    let _op = Operator::start(
+        &env,
+        &[&env.cluster],
+        &kix_testkit::unique_name("lease"),
+        dir.path(),
+    );
+    let root = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("settings", "hello"),
+    );
 
-    let out = kix(&["deploy", &env.cluster, "--path", root.to_str().expect("utf8"), "--operator", "--yes"]);
+    let out = kix(&[
+        "deploy",
+        &env.cluster,
+        "--path",
+        root.to_str().expect("utf8"),
+        "--operator",
+        "--yes",
+    ]);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains(": Active"), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(": Active"),
+        "{}",
+        text(&out)
+    );
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
     assert_eq!(cm_value(&cms, "settings").await.as_deref(), Some("hello"));
 
     // Edited by someone else: restored.
     let patch = serde_json::json!({"data": {"value": "tampered"}});
-    cms.patch("settings", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("tamper");
-    let took = wait_until("edited object restored", Duration::from_secs(20), || async {
-        cm_value(&cms, "settings").await.as_deref() == Some("hello")
-    })
+    cms.patch("settings", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("tamper");
+    let took = wait_until(
+        "edited object restored",
+        Duration::from_secs(20),
+        || async { cm_value(&cms, "settings").await.as_deref() == Some("hello") },
+    )
     .await;
     eprintln!("drift correction after an edit took {took:?}");
 
     // Deleted: re-created.
-    cms.delete("settings", &DeleteParams::default()).await.expect("delete");
-    let took = wait_until("deleted object re-created", Duration::from_secs(20), || async {
-        cm_value(&cms, "settings").await.as_deref() == Some("hello")
-    })
+    cms.delete("settings", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let took = wait_until(
+        "deleted object re-created",
+        Duration::from_secs(20),
+        || async { cm_value(&cms, "settings").await.as_deref() == Some("hello") },
+    )
     .await;
     eprintln!("re-creating a deleted object took {took:?}");
 
     let records: Api<Activation> = Api::all(env.client.clone());
     let name = format!("{}-1", env.cluster);
     // The record counts both corrections (written right after each one).
-    wait_until("drift counted on the record", Duration::from_secs(10), || async {
-        let record = records.get(&name).await.expect("record");
-        record.status.and_then(|s| s.drift).is_some_and(|d| d.corrected >= 2 && d.last_corrected.is_some())
-    })
+    wait_until(
+        "drift counted on the record",
+        Duration::from_secs(10),
+        || async {
+            let record = records.get(&name).await.expect("record");
+            record
+                .status
+                .and_then(|s| s.drift)
+                .is_some_and(|d| d.corrected >= 2 && d.last_corrected.is_some())
+        },
+    )
     .await;
 }
 
@@ -175,7 +248,12 @@ async fn deploy_through_the_operator_then_drift_is_corrected() {
 async fn a_bad_store_path_ends_failed_with_its_message() {
     let env = TestEnv::new("op-badpath").await.expect("env");
     let dir = tempfile::tempdir().expect("tmp");
-    let _op = Operator::start(&env, &[&env.cluster], &kix_testkit::unique_name("lease"), dir.path());
+    let _op = Operator::start(
+        &env,
+        &[&env.cluster],
+        &kix_testkit::unique_name("lease"),
+        dir.path(),
+    );
     let records: Api<Activation> = Api::all(env.client.clone());
     for (i, path) in [
         "/nix/store/../etc/passwd",
@@ -194,12 +272,25 @@ async fn a_bad_store_path_ends_failed_with_its_message() {
         .expect("spec");
         let record = Activation::new_record(i as u64 + 1, spec);
         let name = kube::ResourceExt::name_any(&record);
-        records.create(&PostParams::default(), &record).await.expect("create");
-        wait_until(&format!("{path} ends Failed"), Duration::from_secs(20), || async {
-            records.get(&name).await.ok().and_then(|r| r.phase()) == Some(Phase::Failed)
-        })
+        records
+            .create(&PostParams::default(), &record)
+            .await
+            .expect("create");
+        wait_until(
+            &format!("{path} ends Failed"),
+            Duration::from_secs(20),
+            || async {
+                records.get(&name).await.ok().and_then(|r| r.phase()) == Some(Phase::Failed)
+            },
+        )
         .await;
-        let message = records.get(&name).await.expect("get").status.and_then(|s| s.message).unwrap_or_default();
+        let message = records
+            .get(&name)
+            .await
+            .expect("get")
+            .status
+            .and_then(|s| s.message)
+            .unwrap_or_default();
         assert!(!message.is_empty(), "{path}: Failed without a message");
         eprintln!("{path}: {message}");
         if i < 3 {
@@ -215,26 +306,67 @@ async fn the_finalizer_keeps_what_another_clusters_build_contains() {
     let mut env = TestEnv::new("op-shared").await.expect("env");
     let other = format!("{}-b", env.cluster);
     let dir = tempfile::tempdir().expect("tmp");
-    let _op = Operator::start(&env, &[&env.cluster, &other], &kix_testkit::unique_name("lease"), dir.path());
+    let _op = Operator::start(
+        &env,
+        &[&env.cluster, &other],
+        &kix_testkit::unique_name("lease"),
+        dir.path(),
+    );
     let shared = configmap("shared", "same");
-    let mine = tree(dir.path(), &env.cluster, &env.namespace, &format!("{shared}{}", configmap("only-a", "a")));
+    let mine = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &format!("{shared}{}", configmap("only-a", "a")),
+    );
     let theirs = tree(dir.path(), &other, &env.namespace, &shared);
     for (cluster, root) in [(&env.cluster, &mine), (&other, &theirs)] {
-        let out = kix(&["deploy", cluster, "--path", root.to_str().expect("utf8"), "--operator", "--yes"]);
+        let out = kix(&[
+            "deploy",
+            cluster,
+            "--path",
+            root.to_str().expect("utf8"),
+            "--operator",
+            "--yes",
+        ]);
         assert!(out.status.success(), "{}", text(&out));
     }
     env.extra_namespaces.push(env.namespace.clone());
     let records: Api<Activation> = Api::all(env.client.clone());
-    records.delete(&format!("{}-1", env.cluster), &DeleteParams::default()).await.expect("delete record");
-    wait_until("record deleted by its finalizer", Duration::from_secs(30), || async {
-        records.get_opt(&format!("{}-1", env.cluster)).await.ok().flatten().is_none()
-    })
+    records
+        .delete(&format!("{}-1", env.cluster), &DeleteParams::default())
+        .await
+        .expect("delete record");
+    wait_until(
+        "record deleted by its finalizer",
+        Duration::from_secs(30),
+        || async {
+            records
+                .get_opt(&format!("{}-1", env.cluster))
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+        },
+    )
     .await;
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
-    assert!(cms.get_opt("only-a").await.expect("get").is_none(), "only-a must be deleted with its record");
-    let kept = cms.get_opt("shared").await.expect("get").expect("shared must be kept: the other cluster's build has it");
-    let annotation = kept.metadata.annotations.unwrap_or_default()[kix_api::ANNOTATION_ACTIVATIONS].clone();
-    assert_eq!(annotation, format!("{other}-1"), "only the other cluster's entry remains");
+    assert!(
+        cms.get_opt("only-a").await.expect("get").is_none(),
+        "only-a must be deleted with its record"
+    );
+    let kept = cms
+        .get_opt("shared")
+        .await
+        .expect("get")
+        .expect("shared must be kept: the other cluster's build has it");
+    let annotation =
+        kept.metadata.annotations.unwrap_or_default()[kix_api::ANNOTATION_ACTIVATIONS].clone();
+    assert_eq!(
+        annotation,
+        format!("{other}-1"),
+        "only the other cluster's entry remains"
+    );
 }
 
 #[tokio::test]
@@ -243,9 +375,21 @@ async fn a_newer_activation_takes_over_while_a_deploy_waits() {
     let dir = tempfile::tempdir().expect("tmp");
     // No operator runs for this cluster: the record stays Pending, as when the
     // operator is slow, and a newer record supersedes it.
-    let root = tree(dir.path(), &env.cluster, &env.namespace, &configmap("settings", "v1"));
-    let mut deploy = Command::new(kix_bin())
-        .args(["deploy", &env.cluster, "--path", root.to_str().expect("utf8"), "--operator", "--yes"])
+    let root = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("settings", "v1"),
+    );
+    let deploy = Command::new(kix_bin())
+        .args([
+            "deploy",
+            &env.cluster,
+            "--path",
+            root.to_str().expect("utf8"),
+            "--operator",
+            "--yes",
+        ])
         .env("KUBECONFIG", kix_testkit::kubeconfig_path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -258,7 +402,12 @@ async fn a_newer_activation_takes_over_while_a_deploy_waits() {
         records.get_opt(&first).await.ok().flatten().is_some()
     })
     .await;
-    let _op = Operator::start(&env, &[&env.cluster], &kix_testkit::unique_name("lease"), dir.path());
+    let _op = Operator::start(
+        &env,
+        &[&env.cluster],
+        &kix_testkit::unique_name("lease"),
+        dir.path(),
+    );
     // The operator supersedes the older Pending record once a newer one exists.
     let mut newer = records.get(&first).await.expect("get");
     newer.metadata = kube::api::ObjectMeta {
@@ -267,10 +416,20 @@ async fn a_newer_activation_takes_over_while_a_deploy_waits() {
         ..Default::default()
     };
     newer.status = None;
-    records.create(&PostParams::default(), &newer).await.expect("newer record");
-    let out = tokio::task::spawn_blocking(move || deploy.wait_with_output()).await.expect("join").expect("wait");
+    records
+        .create(&PostParams::default(), &newer)
+        .await
+        .expect("newer record");
+    let out = tokio::task::spawn_blocking(move || deploy.wait_with_output())
+        .await
+        .expect("join")
+        .expect("wait");
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("a newer activation took over"), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("a newer activation took over"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[tokio::test]
@@ -283,11 +442,16 @@ async fn two_replicas_only_one_leads_and_a_killed_leader_is_replaced() {
         Operator::start(&env, &[&env.cluster], &lease, dir.path()),
     ];
     let leading = |ops: &Vec<Operator>| -> Vec<usize> {
-        (0..ops.len()).filter(|i| ops[*i].metric("kix_operator_leader") == Some(1.0)).collect()
+        (0..ops.len())
+            .filter(|i| ops[*i].metric("kix_operator_leader") == Some(1.0))
+            .collect()
     };
     let started = Instant::now();
     while leading(&ops).len() != 1 {
-        assert!(started.elapsed() < Duration::from_secs(30), "no single leader");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no single leader"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Stays at exactly one for a while.
@@ -300,12 +464,27 @@ async fn two_replicas_only_one_leads_and_a_killed_leader_is_replaced() {
     let standby = 1 - leader;
     let started = Instant::now();
     while ops[standby].metric("kix_operator_leader") != Some(1.0) {
-        assert!(started.elapsed() < Duration::from_secs(30), "the standby never took over");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the standby never took over"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // The new leader applies: a deploy through it succeeds.
-    let root = tree(dir.path(), &env.cluster, &env.namespace, &configmap("settings", "v1"));
-    let out = kix(&["deploy", &env.cluster, "--path", root.to_str().expect("utf8"), "--operator", "--yes"]);
+    let root = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("settings", "v1"),
+    );
+    let out = kix(&[
+        "deploy",
+        &env.cluster,
+        "--path",
+        root.to_str().expect("utf8"),
+        "--operator",
+        "--yes",
+    ]);
     assert!(out.status.success(), "{}", text(&out));
 }
 
@@ -314,14 +493,23 @@ async fn an_operator_killed_mid_apply_converges_after_restart() {
     let env = TestEnv::new("op-kill").await.expect("env");
     let dir = tempfile::tempdir().expect("tmp");
     let lease = kix_testkit::unique_name("lease");
-    let yaml: String = (0..300).map(|i| configmap(&format!("cm-{i}"), "v1")).collect();
+    let yaml: String = (0..300)
+        .map(|i| configmap(&format!("cm-{i}"), "v1"))
+        .collect();
     let root = tree(dir.path(), &env.cluster, &env.namespace, &yaml);
     let records: Api<Activation> = Api::all(env.client.clone());
     let name = format!("{}-1", env.cluster);
 
     let mut op = Operator::start(&env, &[&env.cluster], &lease, dir.path());
     let deploy = Command::new(kix_bin())
-        .args(["deploy", &env.cluster, "--path", root.to_str().expect("utf8"), "--operator", "--yes"])
+        .args([
+            "deploy",
+            &env.cluster,
+            "--path",
+            root.to_str().expect("utf8"),
+            "--operator",
+            "--yes",
+        ])
         .env("KUBECONFIG", kix_testkit::kubeconfig_path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -330,23 +518,46 @@ async fn an_operator_killed_mid_apply_converges_after_restart() {
         .expect("spawn");
     // Kill the operator as soon as it is applying.
     wait_until("record Applying", Duration::from_secs(60), || async {
-        records.get_opt(&name).await.ok().flatten().and_then(|r| r.phase()) == Some(Phase::Applying)
+        records
+            .get_opt(&name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|r| r.phase())
+            == Some(Phase::Applying)
     })
     .await;
     op.kill();
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
-    let before = cms.list(&Default::default()).await.expect("list").items.len();
+    let before = cms
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .len();
     eprintln!("{before} objects applied when the operator was killed");
 
     let _op = Operator::start(&env, &[&env.cluster], &lease, dir.path());
-    let out = tokio::task::spawn_blocking(move || deploy.wait_with_output()).await.expect("join").expect("wait");
+    let out = tokio::task::spawn_blocking(move || deploy.wait_with_output())
+        .await
+        .expect("join")
+        .expect("wait");
     assert!(out.status.success(), "{}", text(&out));
     let record = records.get(&name).await.expect("record");
     assert_eq!(record.phase(), Some(Phase::Active));
-    let names: std::collections::BTreeSet<String> =
-        cms.list(&Default::default()).await.expect("list").items.into_iter().filter_map(|c| c.metadata.name).collect();
+    let names: std::collections::BTreeSet<String> = cms
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
     for i in 0..300 {
-        assert!(names.contains(&format!("cm-{i}")), "cm-{i} missing after the restart");
+        assert!(
+            names.contains(&format!("cm-{i}")),
+            "cm-{i} missing after the restart"
+        );
     }
 }
 
@@ -360,15 +571,39 @@ async fn least_privilege_allow_list_refuses_other_namespaces_and_kinds() {
         .arg("--kubeconfig")
         .arg(kix_testkit::kubeconfig_path())
         .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
-        .args(["--leader-lease", &kix_testkit::unique_name("lease"), "--lease-namespace", &env.namespace])
-        .args(["--cluster", &env.cluster, "--allow-namespace", &env.namespace, "--allow-kind", "ConfigMap"])
+        .args([
+            "--leader-lease",
+            &kix_testkit::unique_name("lease"),
+            "--lease-namespace",
+            &env.namespace,
+        ])
+        .args([
+            "--cluster",
+            &env.cluster,
+            "--allow-namespace",
+            &env.namespace,
+            "--allow-kind",
+            "ConfigMap",
+        ])
         .stderr(std::fs::File::create(&log).expect("log"))
         .spawn()
         .expect("operator");
     let records: Api<Activation> = Api::all(env.client.clone());
     // Allowed: a ConfigMap in the allowed namespace.
-    let ok = tree(dir.path(), &env.cluster, &env.namespace, &configmap("allowed", "v"));
-    let out = kix(&["deploy", &env.cluster, "--path", ok.to_str().expect("utf8"), "--operator", "--yes"]);
+    let ok = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("allowed", "v"),
+    );
+    let out = kix(&[
+        "deploy",
+        &env.cluster,
+        "--path",
+        ok.to_str().expect("utf8"),
+        "--operator",
+        "--yes",
+    ]);
     assert!(out.status.success(), "{}", text(&out));
     // Refused: a ConfigMap in a namespace outside the allow-list.
     let bad_yaml = format!(
@@ -376,21 +611,40 @@ async fn least_privilege_allow_list_refuses_other_namespaces_and_kinds() {
         configmap("allowed", "v2")
     );
     let bad = tree(dir.path(), &env.cluster, &env.namespace, &bad_yaml);
-    let out = kix(&["deploy", &env.cluster, "--path", bad.to_str().expect("utf8"), "--operator", "--yes"]);
+    let out = kix(&[
+        "deploy",
+        &env.cluster,
+        "--path",
+        bad.to_str().expect("utf8"),
+        "--operator",
+        "--yes",
+    ]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let record = records.get(&format!("{}-2", env.cluster)).await.expect("record");
+    let record = records
+        .get(&format!("{}-2", env.cluster))
+        .await
+        .expect("record");
     assert_eq!(record.phase(), Some(Phase::Failed));
     let message = record.status.and_then(|s| s.message).unwrap_or_default();
-    assert!(message.contains("kube-public") && message.contains("not allowed"), "{message}");
+    assert!(
+        message.contains("kube-public") && message.contains("not allowed"),
+        "{message}"
+    );
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "kube-public");
-    assert!(cms.get_opt("elsewhere").await.expect("get").is_none(), "nothing outside the allow-list is applied");
+    assert!(
+        cms.get_opt("elsewhere").await.expect("get").is_none(),
+        "nothing outside the allow-list is applied"
+    );
     let _ = child.kill();
     let _ = child.wait();
 }
 
 fn kix_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(kix_bin());
-    cmd.args(args).env("KUBECONFIG", kix_testkit::kubeconfig_path()).env("NO_COLOR", "1").stdin(Stdio::null());
+    cmd.args(args)
+        .env("KUBECONFIG", kix_testkit::kubeconfig_path())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -401,47 +655,136 @@ fn kix_env(args: &[&str], env: &[(&str, &str)]) -> Output {
 async fn rollback_and_gc_through_the_operator() {
     let env = TestEnv::new("op-rollback").await.expect("env");
     let dir = tempfile::tempdir().expect("tmp");
-    let _op = Operator::start(&env, &[&env.cluster], &kix_testkit::unique_name("lease"), dir.path());
+    let _op = Operator::start(
+        &env,
+        &[&env.cluster],
+        &kix_testkit::unique_name("lease"),
+        dir.path(),
+    );
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
     let records: Api<Activation> = Api::all(env.client.clone());
-    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &format!("{}{}", configmap("settings", "v1"), configmap("only-v1", "x")));
-    let v2 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("settings", "v2"));
+    let v1 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &format!(
+            "{}{}",
+            configmap("settings", "v1"),
+            configmap("only-v1", "x")
+        ),
+    );
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("settings", "v2"),
+    );
     for root in [&v1, &v2] {
-        let out = kix(&["deploy", &env.cluster, "--path", root.to_str().expect("utf8"), "--operator", "--yes"]);
+        let out = kix(&[
+            "deploy",
+            &env.cluster,
+            "--path",
+            root.to_str().expect("utf8"),
+            "--operator",
+            "--yes",
+        ]);
         assert!(out.status.success(), "{}", text(&out));
     }
     assert_eq!(cm_value(&cms, "settings").await.as_deref(), Some("v2"));
-    assert!(cms.get_opt("only-v1").await.expect("get").is_none(), "pruned by the operator");
+    assert!(
+        cms.get_opt("only-v1").await.expect("get").is_none(),
+        "pruned by the operator"
+    );
 
     // Rollback: the current record (2) is pointed at record 1's build.
-    let out = kix(&["rollback", &env.cluster, "--operator", "--yes", "--timeout", "9s"]);
+    let out = kix(&[
+        "rollback",
+        &env.cluster,
+        "--operator",
+        "--yes",
+        "--timeout",
+        "9s",
+    ]);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--timeout has no effect in operator mode"), "{}", text(&out));
-    let current = records.get(&format!("{}-2", env.cluster)).await.expect("record");
-    let first = records.get(&format!("{}-1", env.cluster)).await.expect("record");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--timeout has no effect in operator mode"),
+        "{}",
+        text(&out)
+    );
+    let current = records
+        .get(&format!("{}-2", env.cluster))
+        .await
+        .expect("record");
+    let first = records
+        .get(&format!("{}-1", env.cluster))
+        .await
+        .expect("record");
     assert_eq!(current.spec.source.path, first.spec.source.path);
-    assert_eq!(current.spec.receipt.rollback_from.as_deref(), Some(format!("{}-2", env.cluster).as_str()));
+    assert_eq!(
+        current.spec.receipt.rollback_from.as_deref(),
+        Some(format!("{}-2", env.cluster).as_str())
+    );
     assert_eq!(current.phase(), Some(Phase::Active));
     assert_eq!(cm_value(&cms, "settings").await.as_deref(), Some("v1"));
-    assert_eq!(cm_value(&cms, "only-v1").await.as_deref(), Some("x"), "re-created by the rollback");
+    assert_eq!(
+        cm_value(&cms, "only-v1").await.as_deref(),
+        Some("x"),
+        "re-created by the rollback"
+    );
 
     // gc: record 1 is Superseded and retired with --keep 0; its finalizer
     // keeps what the current build has.
     let out = kix(&["gc", &env.cluster, "--operator", "--keep", "0", "--yes"]);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(records.get_opt(&format!("{}-1", env.cluster)).await.expect("get").is_none());
-    assert_eq!(cm_value(&cms, "settings").await.as_deref(), Some("v1"), "the current build keeps its objects");
+    assert!(
+        records
+            .get_opt(&format!("{}-1", env.cluster))
+            .await
+            .expect("get")
+            .is_none()
+    );
+    assert_eq!(
+        cm_value(&cms, "settings").await.as_deref(),
+        Some("v1"),
+        "the current build keeps its objects"
+    );
 }
 
 #[tokio::test]
 async fn objects_that_cannot_be_deleted_are_reported_and_gc_exits_1() {
     let env = TestEnv::new("op-stuck").await.expect("env");
     let dir = tempfile::tempdir().expect("tmp");
-    let _op = Operator::start(&env, &[&env.cluster], &kix_testkit::unique_name("lease"), dir.path());
+    let _op = Operator::start(
+        &env,
+        &[&env.cluster],
+        &kix_testkit::unique_name("lease"),
+        dir.path(),
+    );
     let records: Api<Activation> = Api::all(env.client.clone());
-    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &format!("{}{}", configmap("keep", "v1"), configmap("undeletable", "v1")));
-    let v2 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("keep", "v2"));
-    let out = kix(&["deploy", &env.cluster, "--path", v1.to_str().expect("utf8"), "--operator", "--yes"]);
+    let v1 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &format!(
+            "{}{}",
+            configmap("keep", "v1"),
+            configmap("undeletable", "v1")
+        ),
+    );
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("keep", "v2"),
+    );
+    let out = kix(&[
+        "deploy",
+        &env.cluster,
+        "--path",
+        v1.to_str().expect("utf8"),
+        "--operator",
+        "--yes",
+    ]);
     assert!(out.status.success(), "{}", text(&out));
 
     // An admission policy refuses to delete ConfigMaps in the test namespace,
@@ -456,44 +799,90 @@ async fn objects_that_cannot_be_deleted_are_reported_and_gc_exits_1() {
          "spec": {"policyName": policy, "validationActions": ["Deny"]}}
     ]);
     let file = dir.path().join("policy.json");
-    std::fs::write(&file, serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}).to_string()).expect("write");
-    env.kubectl(&["apply", "-f", file.to_str().expect("utf8")]).expect("policy");
+    std::fs::write(
+        &file,
+        serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}).to_string(),
+    )
+    .expect("write");
+    env.kubectl(&["apply", "-f", file.to_str().expect("utf8")])
+        .expect("policy");
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
-    wait_until("the policy is enforced", Duration::from_secs(20), || async {
-        let probe = ConfigMap { metadata: kube::api::ObjectMeta { name: Some("probe".into()), ..Default::default() }, ..Default::default() };
-        let _ = cms.create(&PostParams::default(), &probe).await;
-        cms.delete("probe", &DeleteParams::default()).await.is_err()
-    })
+    wait_until(
+        "the policy is enforced",
+        Duration::from_secs(20),
+        || async {
+            let probe = ConfigMap {
+                metadata: kube::api::ObjectMeta {
+                    name: Some("probe".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let _ = cms.create(&PostParams::default(), &probe).await;
+            cms.delete("probe", &DeleteParams::default()).await.is_err()
+        },
+    )
     .await;
 
     // The operator cannot prune `undeletable`: the record ends Degraded with
     // the object and the reason, and deploy --operator exits 1.
-    let out = kix(&["deploy", &env.cluster, "--path", v2.to_str().expect("utf8"), "--operator", "--yes"]);
-    assert_eq!(out.status.code(), Some(1), "Degraded exits 1: {}", text(&out));
-    let second = records.get(&format!("{}-2", env.cluster)).await.expect("record");
+    let out = kix(&[
+        "deploy",
+        &env.cluster,
+        "--path",
+        v2.to_str().expect("utf8"),
+        "--operator",
+        "--yes",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "Degraded exits 1: {}",
+        text(&out)
+    );
+    let second = records
+        .get(&format!("{}-2", env.cluster))
+        .await
+        .expect("record");
     assert_eq!(second.phase(), Some(Phase::Degraded));
     let status = second.status.expect("status");
     assert!(
-        status.failed_deletions.iter().any(|f| f.object.name == "undeletable" && f.reason.contains("protected by the test")),
+        status
+            .failed_deletions
+            .iter()
+            .any(|f| f.object.name == "undeletable" && f.reason.contains("protected by the test")),
         "{:?}",
         status.failed_deletions
     );
 
     // gc retires record 1, whose finalizer cannot delete `undeletable` either:
     // reported on the record, and gc exits 1 naming it (3 s wait, not 300 s).
-    let out = kix_env(&["gc", &env.cluster, "--operator", "--keep", "0", "--yes"], &[("KIX_GC_WAIT_SECONDS", "3")]);
+    let out = kix_env(
+        &["gc", &env.cluster, "--operator", "--keep", "0", "--yes"],
+        &[("KIX_GC_WAIT_SECONDS", "3")],
+    );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains(&format!("{}-1", env.cluster)) && stderr.contains("protected by the test"), "{}", text(&out));
+    assert!(
+        stderr.contains(&format!("{}-1", env.cluster)) && stderr.contains("protected by the test"),
+        "{}",
+        text(&out)
+    );
 
     // Lift the policy: the finalizer finishes by itself.
-    for kind in ["validatingadmissionpolicybinding", "validatingadmissionpolicy"] {
-        env.kubectl(&["delete", kind, &policy]).expect("remove policy");
+    for kind in [
+        "validatingadmissionpolicybinding",
+        "validatingadmissionpolicy",
+    ] {
+        env.kubectl(&["delete", kind, &policy])
+            .expect("remove policy");
     }
     let name = format!("{}-1", env.cluster);
-    wait_until("record deleted once the object can go", Duration::from_secs(60), || async {
-        records.get_opt(&name).await.ok().flatten().is_none()
-    })
+    wait_until(
+        "record deleted once the object can go",
+        Duration::from_secs(60),
+        || async { records.get_opt(&name).await.ok().flatten().is_none() },
+    )
     .await;
     assert!(cms.get_opt("undeletable").await.expect("get").is_none());
 }

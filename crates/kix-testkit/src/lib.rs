@@ -225,17 +225,51 @@ pub fn kubeconfig_for_user(user: &str, dir: &Path) -> Result<PathBuf> {
     let ext = dir.join("client.ext");
     std::fs::write(&ext, "extendedKeyUsage=clientAuth\n")?;
     let run = |args: &[&str]| -> Result<()> {
-        let out = Command::new("openssl").args(args).output().context("running openssl")?;
-        anyhow::ensure!(out.status.success(), "openssl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .context("running openssl")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "openssl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
         Ok(())
     };
     let p = |p: &Path| p.to_string_lossy().into_owned();
-    run(&["req", "-newkey", "rsa:2048", "-nodes", "-subj", &format!("/CN={user}"), "-keyout", &p(&key), "-out", &p(&csr)])?;
     run(&[
-        "x509", "-req", "-in", &p(&csr), "-CA", &p(&pki.join("ca.crt")), "-CAkey", &p(&pki.join("ca.key")),
-        "-CAcreateserial", "-days", "2", "-extfile", &p(&ext), "-out", &p(&crt),
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        &format!("/CN={user}"),
+        "-keyout",
+        &p(&key),
+        "-out",
+        &p(&csr),
     ])?;
-    let server = std::fs::read_to_string(control_plane_dir().join("server"))?.trim().to_string();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &p(&csr),
+        "-CA",
+        &p(&pki.join("ca.crt")),
+        "-CAkey",
+        &p(&pki.join("ca.key")),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        &p(&ext),
+        "-out",
+        &p(&crt),
+    ])?;
+    let server = std::fs::read_to_string(control_plane_dir().join("server"))?
+        .trim()
+        .to_string();
     let b64 = |path: &Path| -> Result<String> {
         let out = Command::new("base64").arg("-w0").arg(path).output()?;
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())

@@ -95,10 +95,12 @@ impl SourceArgs {
         let options = self.options(global, extra_args);
         let cluster = cluster.to_owned();
         let described = source.to_string();
-        let (path, build) = tokio::task::spawn_blocking(move || kix_nix::build_and_read(&source, &cluster, &options))
-            .await
-            .context("the build task failed")?
-            .with_context(|| format!("building {described}"))?;
+        let (path, build) = tokio::task::spawn_blocking(move || {
+            kix_nix::build_and_read(&source, &cluster, &options)
+        })
+        .await
+        .context("the build task failed")?
+        .with_context(|| format!("building {described}"))?;
         warn_secrets(&build);
         Ok((path, build))
     }

@@ -144,7 +144,10 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
     };
     // Undocumented, for the fault tests: a shorter deploy Lease (a killed
     // client then blocks the next deploy for seconds, not 15 s).
-    if let Some(secs) = std::env::var("KIX_LEASE_SECONDS").ok().and_then(|s| s.parse::<u64>().ok()) {
+    if let Some(secs) = std::env::var("KIX_LEASE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
         options.lease.duration = Duration::from_secs(secs.max(1));
     }
     if args.operator {
@@ -160,7 +163,8 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
     {
         return Ok(ExitCode::from(1));
     }
-    let (tx, printer) = progress::start_ui(&args.ui, &plan, "deploy", args.output == OutputFormat::Text);
+    let (tx, printer) =
+        progress::start_ui(&args.ui, &plan, "deploy", args.output == OutputFormat::Text);
     options.events = Some(tx);
     let outcome = kix_engine::deploy::deploy(&client, &build, plan, &options).await;
     drop(options);
@@ -218,14 +222,29 @@ async fn deploy_with_operator(
     options.force_conflicts = true;
     kix_engine::deploy::check_plan(plan, build, &options)?;
     operator::require_records(client).await?;
-    if !confirm(&args.confirm, &format!("Activate {} on Kix cluster {} through the operator?", plan.store_path, build.cluster))? {
+    if !confirm(
+        &args.confirm,
+        &format!(
+            "Activate {} on Kix cluster {} through the operator?",
+            plan.store_path, build.cluster
+        ),
+    )? {
         return Ok(ExitCode::from(1));
     }
     options.engine = kix_api::Engine::Operator;
-    let record = operator::create_record(client, plan, kix_engine::deploy::activation_spec(plan, &options)).await?;
+    let record = operator::create_record(
+        client,
+        plan,
+        kix_engine::deploy::activation_spec(plan, &options),
+    )
+    .await?;
     let name = kube::ResourceExt::name_any(&record);
     eprintln!("recorded {name}; waiting for the operator");
     let phase = operator::wait_for_operator(client, &name, None).await?;
     println!("{name}: {phase}");
-    Ok(if phase == Phase::Active { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if phase == Phase::Active {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

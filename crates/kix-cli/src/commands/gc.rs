@@ -250,6 +250,10 @@ async fn gc_with_operator(client: &kube::Client, plan: &GcPlan) -> anyhow::Resul
     if failed.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
-        anyhow::bail!("{} record(s) could not be deleted: {}", failed.len(), failed.join(", "))
+        anyhow::bail!(
+            "{} record(s) could not be deleted: {}",
+            failed.len(),
+            failed.join(", ")
+        )
     }
 }

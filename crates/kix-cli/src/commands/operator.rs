@@ -18,8 +18,16 @@ pub const WAIT_FOR: Duration = Duration::from_secs(600);
 pub const GC_WAIT_PER_RECORD: Duration = Duration::from_secs(300);
 
 /// The flags that control the local engine and do nothing in operator mode.
-pub const LOCAL_ENGINE_FLAGS: [&str; 8] =
-    ["--timeout", "--on-error", "--prune", "--prune-mode", "--reconcile", "--force-conflicts", "--tui", "--log-format"];
+pub const LOCAL_ENGINE_FLAGS: [&str; 8] = [
+    "--timeout",
+    "--on-error",
+    "--prune",
+    "--prune-mode",
+    "--reconcile",
+    "--force-conflicts",
+    "--tui",
+    "--log-format",
+];
 
 /// Warns about each local-engine flag given on the command line.
 pub fn warn_local_engine_flags() {
@@ -29,7 +37,9 @@ pub fn warn_local_engine_flags() {
         .filter(|flag| std::env::args().any(|a| a == *flag || a.starts_with(&format!("{flag}="))))
         .collect();
     for flag in given {
-        eprintln!("warning: {flag} has no effect in operator mode (the operator's engine settings apply)");
+        eprintln!(
+            "warning: {flag} has no effect in operator mode (the operator's engine settings apply)"
+        );
     }
 }
 
@@ -43,7 +53,10 @@ pub async fn require_records(client: &Client) -> anyhow::Result<()> {
             "the Activation CRD (activations.kix.run) is not installed: nothing was changed. Install it with `kix crds | kubectl apply -f -` and run the kix operator"
         ),
         Err(kube::Error::Api(s)) if s.code == 403 => {
-            bail!("this account cannot list Activation records: nothing was changed ({})", s.message)
+            bail!(
+                "this account cannot list Activation records: nothing was changed ({})",
+                s.message
+            )
         }
         Err(err) => Err(err).context("listing Activation records"),
     }
@@ -51,7 +64,11 @@ pub async fn require_records(client: &Client) -> anyhow::Result<()> {
 
 /// Writes the record the operator will apply: the build's store path and the
 /// deploy receipt, `engine: operator`.
-pub async fn create_record(client: &Client, plan: &Plan, mut spec: ActivationSpec) -> anyhow::Result<Activation> {
+pub async fn create_record(
+    client: &Client,
+    plan: &Plan,
+    mut spec: ActivationSpec,
+) -> anyhow::Result<Activation> {
     spec.engine = Engine::Operator;
     let sequence = Activation::sequence_in(&plan.activation, &plan.cluster).unwrap_or(1);
     let record = Activation::new_record(sequence, spec);
@@ -66,19 +83,31 @@ pub async fn create_record(client: &Client, plan: &Plan, mut spec: ActivationSpe
 /// Superseded and the 600 s timeout are errors. `generation`: wait for the
 /// operator to have observed at least this generation (rollback changes the
 /// spec of an existing record).
-pub async fn wait_for_operator(client: &Client, name: &str, generation: Option<i64>) -> anyhow::Result<Phase> {
+pub async fn wait_for_operator(
+    client: &Client,
+    name: &str,
+    generation: Option<i64>,
+) -> anyhow::Result<Phase> {
     let api: Api<Activation> = Api::all(client.clone());
     let started = Instant::now();
     let mut last = String::new();
     loop {
-        let record = api.get(name).await.with_context(|| format!("reading Activation {name}"))?;
+        let record = api
+            .get(name)
+            .await
+            .with_context(|| format!("reading Activation {name}"))?;
         let status = record.status.clone().unwrap_or_default();
         let observed = generation.is_none() || status.observed_generation >= generation;
         let phase = status.phase.unwrap_or(Phase::Pending);
         let progress = status
             .progress
             .as_ref()
-            .map(|p| format!(" ({}/{} applied, {} healthy, {} pruned)", p.applied, p.total, p.healthy, p.pruned))
+            .map(|p| {
+                format!(
+                    " ({}/{} applied, {} healthy, {} pruned)",
+                    p.applied, p.total, p.healthy, p.pruned
+                )
+            })
             .unwrap_or_default();
         let line = format!("{name}: {phase}{progress}");
         if line != last {
@@ -114,13 +143,25 @@ pub async fn wait_deleted(client: &Client, name: &str) -> anyhow::Result<()> {
         .and_then(|v| v.parse().ok())
         .map_or(GC_WAIT_PER_RECORD, Duration::from_secs);
     loop {
-        let Some(record) = api.get_opt(name).await? else { return Ok(()) };
+        let Some(record) = api.get_opt(name).await? else {
+            return Ok(());
+        };
         if started.elapsed() >= limit {
             let status = record.status.unwrap_or_default();
-            let failed: Vec<String> =
-                status.failed_deletions.iter().map(|f| format!("{}: {}", f.object, f.reason)).collect();
-            let why = if failed.is_empty() { "the operator did not release it".to_string() } else { failed.join("; ") };
-            bail!("Activation {name} could not be deleted within {}s: {why}", limit.as_secs());
+            let failed: Vec<String> = status
+                .failed_deletions
+                .iter()
+                .map(|f| format!("{}: {}", f.object, f.reason))
+                .collect();
+            let why = if failed.is_empty() {
+                "the operator did not release it".to_string()
+            } else {
+                failed.join("; ")
+            };
+            bail!(
+                "Activation {name} could not be deleted within {}s: {why}",
+                limit.as_secs()
+            );
         }
         tokio::time::sleep(POLL_EVERY).await;
     }

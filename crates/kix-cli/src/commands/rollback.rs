@@ -100,7 +100,10 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
     let path = target.spec.source.path.clone();
     if args.operator {
         let Some(current) = current else {
-            bail!("Kix cluster {:?} has no current activation to point at {target_name}'s build", args.cluster);
+            bail!(
+                "Kix cluster {:?} has no current activation to point at {target_name}'s build",
+                args.cluster
+            );
         };
         return rollback_with_operator(&client, &args, current, &target_name, &path).await;
     }
@@ -229,12 +232,17 @@ async fn rollback_with_operator(
     if let Some(expected) = &args.confirm.current_activation
         && expected != &name
     {
-        bail!("--current-activation {expected}: the current activation of Kix cluster {:?} is {name}", args.cluster);
+        bail!(
+            "--current-activation {expected}: the current activation of Kix cluster {:?} is {name}",
+            args.cluster
+        );
     }
     operator::require_records(client).await?;
     if !super::deploy::confirm(
         &args.confirm,
-        &format!("Point {name} at {path} (the build of {target_name}) and let the operator apply it?"),
+        &format!(
+            "Point {name} at {path} (the build of {target_name}) and let the operator apply it?"
+        ),
     )? {
         return Ok(ExitCode::from(1));
     }
@@ -244,11 +252,19 @@ async fn rollback_with_operator(
         "receipt": {"rollbackFrom": name, "time": chrono::Utc::now(), "user": kix_engine::deploy::ReceiptInfo::local().user},
     }});
     let updated = api
-        .patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
         .await
         .with_context(|| format!("pointing {name} at {path}"))?;
     eprintln!("{name} now names {path}; waiting for the operator");
     let phase = operator::wait_for_operator(client, &name, updated.metadata.generation).await?;
     println!("{name}: {phase}");
-    Ok(if phase == Phase::Active { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if phase == Phase::Active {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -28,7 +28,13 @@ pub struct Run {
 
 impl std::fmt::Display for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {:?}\nstdout:\n{}\nstderr:\n{}", self.code, tail(&self.stdout, 3000), self.stderr)
+        write!(
+            f,
+            "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.code,
+            tail(&self.stdout, 3000),
+            self.stderr
+        )
     }
 }
 
@@ -54,7 +60,11 @@ pub fn tail(text: &str, n: usize) -> &str {
 /// The most specific line of an error report: the last `caused by:` line,
 /// else the first line that starts with `error`, else the last line.
 pub fn error_line(text: &str) -> String {
-    if let Some(cause) = text.lines().rev().find_map(|l| l.trim().strip_prefix("caused by:")) {
+    if let Some(cause) = text
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("caused by:"))
+    {
         return cause.trim().to_string();
     }
     text.lines()
@@ -114,7 +124,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(every).await;
     }
 }
@@ -150,7 +163,9 @@ impl Rng {
 /// A client for the control plane whose admin kubeconfig is `kubeconfig`.
 pub async fn client_for(kubeconfig: &Path) -> Client {
     let kc = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig");
     Client::try_from(config).expect("client")
 }
 
@@ -163,12 +178,23 @@ pub struct PrivateControlPlane {
 
 impl PrivateControlPlane {
     pub fn start() -> PrivateControlPlane {
-        let dir = tempfile::Builder::new().prefix("kix-cp-").tempdir().expect("tempdir").keep();
+        let dir = tempfile::Builder::new()
+            .prefix("kix-cp-")
+            .tempdir()
+            .expect("tempdir")
+            .keep();
         let cp = PrivateControlPlane { dir };
         let started = Instant::now();
         let out = cp.script(&["up"]);
-        assert!(out.code == Some(0), "private control plane did not start:\n{out}");
-        eprintln!("private control plane up in {:.1}s ({})", started.elapsed().as_secs_f64(), cp.path().display());
+        assert!(
+            out.code == Some(0),
+            "private control plane did not start:\n{out}"
+        );
+        eprintln!(
+            "private control plane up in {:.1}s ({})",
+            started.elapsed().as_secs_f64(),
+            cp.path().display()
+        );
         cp
     }
 
@@ -182,10 +208,12 @@ impl PrivateControlPlane {
 
     /// `checks/control-plane <args>` for this control plane.
     pub fn script(&self, args: &[&str]) -> Run {
-        run(Command::new(kix_testkit::repo_root().join("checks/control-plane"))
-            .args(args)
-            .env("KIX_CP_DIR", self.path())
-            .stdin(Stdio::null()))
+        run(
+            Command::new(kix_testkit::repo_root().join("checks/control-plane"))
+                .args(args)
+                .env("KIX_CP_DIR", self.path())
+                .stdin(Stdio::null()),
+        )
     }
 
     /// `checks/control-plane <verb> <component>`, asserting it worked;
@@ -193,7 +221,10 @@ impl PrivateControlPlane {
     pub fn component(&self, verb: &str, component: &str) -> Duration {
         let started = Instant::now();
         let out = self.script(&[verb, component]);
-        assert!(out.code == Some(0), "control-plane {verb} {component}:\n{out}");
+        assert!(
+            out.code == Some(0),
+            "control-plane {verb} {component}:\n{out}"
+        );
         started.elapsed()
     }
 }
@@ -202,7 +233,10 @@ impl Drop for PrivateControlPlane {
     fn drop(&mut self) {
         let _ = self.script(&["down"]);
         if std::thread::panicking() {
-            eprintln!("private control plane stopped; its logs are kept in {}/logs", self.path().display());
+            eprintln!(
+                "private control plane stopped; its logs are kept in {}/logs",
+                self.path().display()
+            );
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
@@ -212,7 +246,12 @@ impl Drop for PrivateControlPlane {
 /// `nix-store --add <dir>`: the store path of a tree.
 pub fn add_to_store(dir: &Path) -> String {
     let out = run(Command::new("nix-store").arg("--add").arg(dir));
-    assert_eq!(out.code, Some(0), "nix-store --add {}: {out}", dir.display());
+    assert_eq!(
+        out.code,
+        Some(0),
+        "nix-store --add {}: {out}",
+        dir.display()
+    );
     out.stdout.trim().to_string()
 }
 
@@ -230,7 +269,8 @@ pub fn write_tree(root: &Path, cluster: &str, packages: &[Pkg]) {
     std::fs::create_dir_all(root).expect("mkdir");
     std::fs::write(
         root.join("kix.json"),
-        serde_json::json!({"format": 1, "cluster": cluster, "packages": names, "settings": {}}).to_string(),
+        serde_json::json!({"format": 1, "cluster": cluster, "packages": names, "settings": {}})
+            .to_string(),
     )
     .expect("kix.json");
     for p in packages {
@@ -252,7 +292,10 @@ pub fn write_tree(root: &Path, cluster: &str, packages: &[Pkg]) {
 /// The records of Kix cluster `cluster`, oldest first.
 pub async fn records(client: &Client, cluster: &str) -> Vec<Activation> {
     let api: Api<Activation> = Api::all(client.clone());
-    let mut items = match api.list(&ListParams::default().labels(&kix_api::labels::cluster_selector(cluster))).await {
+    let mut items = match api
+        .list(&ListParams::default().labels(&kix_api::labels::cluster_selector(cluster)))
+        .await
+    {
         Ok(list) => list.items,
         Err(kube::Error::Api(s)) if s.code == 404 => vec![],
         Err(e) => panic!("listing activations: {e}"),
@@ -265,7 +308,13 @@ pub async fn records(client: &Client, cluster: &str) -> Vec<Activation> {
 pub fn phases(records: &[Activation]) -> String {
     records
         .iter()
-        .map(|r| format!("{}: {}", r.metadata.name.as_deref().unwrap_or("?"), r.phase().map(|p| p.as_str()).unwrap_or("-")))
+        .map(|r| {
+            format!(
+                "{}: {}",
+                r.metadata.name.as_deref().unwrap_or("?"),
+                r.phase().map(|p| p.as_str()).unwrap_or("-")
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -273,9 +322,15 @@ pub fn phases(records: &[Activation]) -> String {
 /// No record left Pending or Applying (or without a phase), and the newest
 /// one is Active.
 pub fn assert_settled(records: &[Activation], context: &str) {
-    let unsettled: Vec<&Activation> =
-        records.iter().filter(|r| matches!(r.phase(), None | Some(Phase::Pending | Phase::Applying))).collect();
-    assert!(unsettled.is_empty(), "{context}: records left unsettled: {}", phases(records));
+    let unsettled: Vec<&Activation> = records
+        .iter()
+        .filter(|r| matches!(r.phase(), None | Some(Phase::Pending | Phase::Applying)))
+        .collect();
+    assert!(
+        unsettled.is_empty(),
+        "{context}: records left unsettled: {}",
+        phases(records)
+    );
     assert_eq!(
         records.last().and_then(Activation::phase),
         Some(Phase::Active),
@@ -292,14 +347,22 @@ pub struct Expected {
 
 impl Expected {
     pub async fn of(client: &Client, store_path: &str) -> Expected {
-        let build = kix_manifest::read_tree(Path::new(store_path), &kix_manifest::ReadOptions::default())
-            .expect("the build reads");
+        let build =
+            kix_manifest::read_tree(Path::new(store_path), &kix_manifest::ReadOptions::default())
+                .expect("the build reads");
         let mut resources = kix_engine::resources::Resources::new(client.clone());
-        let desired = kix_engine::desired::desired_objects(&build, &mut resources).await.expect("desired objects");
+        let desired = kix_engine::desired::desired_objects(&build, &mut resources)
+            .await
+            .expect("desired objects");
         Expected {
             objects: desired
                 .into_iter()
-                .map(|d| (format!("{}/{}", d.key.kind, d.key.name), (d.digest, d.manifest)))
+                .map(|d| {
+                    (
+                        format!("{}/{}", d.key.kind, d.key.name),
+                        (d.digest, d.manifest),
+                    )
+                })
                 .collect(),
         }
     }
@@ -314,14 +377,25 @@ pub fn deployment_resource() -> ApiResource {
 }
 
 /// The ConfigMaps and Deployments kix manages in `namespace`, by `Kind/name`.
-pub async fn managed(client: &Client, namespace: &str) -> Result<BTreeMap<String, Value>, kube::Error> {
+pub async fn managed(
+    client: &Client,
+    namespace: &str,
+) -> Result<BTreeMap<String, Value>, kube::Error> {
     let mut out = BTreeMap::new();
-    for (kind, resource) in [("ConfigMap", cm_resource()), ("Deployment", deployment_resource())] {
+    for (kind, resource) in [
+        ("ConfigMap", cm_resource()),
+        ("Deployment", deployment_resource()),
+    ] {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-        let list = api.list(&ListParams::default().labels("app.kubernetes.io/managed-by=kix")).await?;
+        let list = api
+            .list(&ListParams::default().labels("app.kubernetes.io/managed-by=kix"))
+            .await?;
         for obj in list.items {
             let name = obj.metadata.name.clone().unwrap_or_default();
-            out.insert(format!("{kind}/{name}"), serde_json::to_value(obj).expect("json"));
+            out.insert(
+                format!("{kind}/{name}"),
+                serde_json::to_value(obj).expect("json"),
+            );
         }
     }
     Ok(out)
@@ -332,7 +406,9 @@ pub async fn managed(client: &Client, namespace: &str) -> Result<BTreeMap<String
 /// each with the build's digest annotation, `data` (ConfigMaps) and pod
 /// template (Deployments). Returns the differences.
 pub async fn differences(client: &Client, namespace: &str, expected: &Expected) -> Vec<String> {
-    let live = managed(client, namespace).await.expect("listing live objects");
+    let live = managed(client, namespace)
+        .await
+        .expect("listing live objects");
     let mut out = Vec::new();
     for (key, (digest, manifest)) in &expected.objects {
         let Some(obj) = live.get(key) else {
@@ -341,15 +417,25 @@ pub async fn differences(client: &Client, namespace: &str, expected: &Expected) 
         };
         let annotations = &obj["metadata"]["annotations"];
         if annotations[kix_api::ANNOTATION_DIGEST].as_str() != Some(digest.as_str()) {
-            out.push(format!("{key}: digest {} instead of {digest}", annotations[kix_api::ANNOTATION_DIGEST]));
+            out.push(format!(
+                "{key}: digest {} instead of {digest}",
+                annotations[kix_api::ANNOTATION_DIGEST]
+            ));
         }
         if key.starts_with("ConfigMap/") && obj["data"] != manifest["data"] {
-            out.push(format!("{key}: data {} instead of {}", obj["data"], manifest["data"]));
+            out.push(format!(
+                "{key}: data {} instead of {}",
+                obj["data"], manifest["data"]
+            ));
         }
         if key.starts_with("Deployment/") {
             let env = |v: &Value| v["spec"]["template"]["spec"]["containers"][0]["env"].clone();
             if env(obj) != env(manifest) {
-                out.push(format!("{key}: env {} instead of {}", env(obj), env(manifest)));
+                out.push(format!(
+                    "{key}: env {} instead of {}",
+                    env(obj),
+                    env(manifest)
+                ));
             }
         }
     }
@@ -369,7 +455,9 @@ pub fn audit_log(cp_dir: &Path) -> PathBuf {
 /// The audit log's current length (requests after it are read with
 /// [`requests_of`]).
 pub fn audit_mark(cp_dir: &Path) -> u64 {
-    std::fs::metadata(audit_log(cp_dir)).expect("the audit log exists").len()
+    std::fs::metadata(audit_log(cp_dir))
+        .expect("the audit log exists")
+        .len()
 }
 
 /// One audited request of a user: verb, resource, name, whether a dry-run.
@@ -383,7 +471,11 @@ pub struct Audited {
 
 impl Audited {
     pub fn is_write(&self) -> bool {
-        !self.dry_run && matches!(self.verb.as_str(), "create" | "update" | "patch" | "delete" | "deletecollection")
+        !self.dry_run
+            && matches!(
+                self.verb.as_str(),
+                "create" | "update" | "patch" | "delete" | "deletecollection"
+            )
     }
 }
 
@@ -395,7 +487,9 @@ pub fn requests_of(cp_dir: &Path, mark: u64, user: &str) -> Vec<Audited> {
     let mut out = Vec::new();
     for line in BufReader::new(file).lines() {
         let Ok(line) = line else { break };
-        let Ok(event) = serde_json::from_str::<Value>(&line) else { continue };
+        let Ok(event) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
         if event["stage"] != "ResponseComplete" || event["user"]["username"] != user {
             continue;
         }
@@ -427,7 +521,11 @@ impl Operator {
         log: PathBuf,
         path_prefix: Option<&Path>,
     ) -> Operator {
-        let metrics = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+        let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
         let mut cmd = Command::new(operator_bin());
         cmd.arg("--kubeconfig")
             .arg(kubeconfig)
@@ -445,7 +543,10 @@ impl Operator {
         for c in clusters {
             cmd.args(["--cluster", c]);
         }
-        Operator { child: cmd.spawn().expect("start kix-operator"), log }
+        Operator {
+            child: cmd.spawn().expect("start kix-operator"),
+            log,
+        }
     }
 
     pub fn log(&self) -> String {
@@ -456,7 +557,11 @@ impl Operator {
 impl Drop for Operator {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("---- operator log {} ----\n{}", self.log.display(), tail(&self.log(), 20_000));
+            eprintln!(
+                "---- operator log {} ----\n{}",
+                self.log.display(),
+                tail(&self.log(), 20_000)
+            );
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
