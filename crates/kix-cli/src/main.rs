@@ -5,6 +5,8 @@ mod commands;
 mod kube_client;
 mod output;
 mod progress;
+#[cfg(test)]
+mod reference;
 mod render;
 mod tui;
 

@@ -385,7 +385,11 @@ async fn sigkill_at_random_points_then_rerun_converges() {
         child.wait().expect("reaped");
         let landed = landing(&env.client, &cluster, &ns, before, pid, exited).await;
         *landings.entry(category(&landed)).or_default() += 1;
-        holding += u32::from(!landed.starts_with("before the lease") && !landed.starts_with("finished") && !landed.starts_with("after"));
+        holding += u32::from(
+            !landed.starts_with("before the lease")
+                && !landed.starts_with("finished")
+                && !landed.starts_with("after"),
+        );
 
         let rerun_build = if rng.coin() { target } else { current };
         rerun_same += u32::from(rerun_build == target);
@@ -454,7 +458,10 @@ async fn sigkill_at_random_points_then_rerun_converges() {
         i - u64::from(rerun_same),
         max_blocked.as_secs_f64()
     );
-    assert!(holding >= 1, "no kill landed while the deploy held its lease in {i} kills");
+    assert!(
+        holding >= 1,
+        "no kill landed while the deploy held its lease in {i} kills"
+    );
     let _ = kix_testkit::delete_namespace(&env.client, &ns).await;
 }
 
