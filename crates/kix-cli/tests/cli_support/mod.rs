@@ -136,11 +136,13 @@ impl Kix {
     /// The cluster's records, oldest first.
     pub async fn records(&self) -> Vec<Activation> {
         let api: Api<Activation> = Api::all(self.env.client.clone());
-        let mut items: Vec<Activation> = api
-            .list(&ListParams::default().labels(&format!("kix.run/cluster={}", self.cluster())))
-            .await
-            .expect("list activations")
-            .items;
+        let params = ListParams::default().labels(&format!("kix.run/cluster={}", self.cluster()));
+        let mut items: Vec<Activation> = match api.list(&params).await {
+            Ok(list) => list.items,
+            // On a fresh control plane the CRDs come with the first deploy.
+            Err(kube::Error::Api(status)) if status.code == 404 => vec![],
+            Err(err) => panic!("list activations: {err}"),
+        };
         items.sort_by_key(|r| r.sequence().unwrap_or(0));
         items
     }
