@@ -131,6 +131,25 @@ fn kix(args: &[&str]) -> Output {
         .expect("run kix")
 }
 
+/// `kix deploy <cluster> --path <root> --operator --yes` in the background.
+fn spawn_operator_deploy(cluster: &str, root: &Path) -> Child {
+    Command::new(kix_bin())
+        .args([
+            "deploy",
+            cluster,
+            "--path",
+            root.to_str().expect("utf8"),
+            "--operator",
+            "--yes",
+        ])
+        .env("KUBECONFIG", kix_testkit::kubeconfig_path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn kix deploy")
+}
+
 fn text(out: &Output) -> String {
     format!(
         "stdout:\n{}\nstderr:\n{}",
@@ -381,21 +400,7 @@ async fn a_newer_activation_takes_over_while_a_deploy_waits() {
         &env.namespace,
         &configmap("settings", "v1"),
     );
-    let deploy = Command::new(kix_bin())
-        .args([
-            "deploy",
-            &env.cluster,
-            "--path",
-            root.to_str().expect("utf8"),
-            "--operator",
-            "--yes",
-        ])
-        .env("KUBECONFIG", kix_testkit::kubeconfig_path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let deploy = spawn_operator_deploy(&env.cluster, &root);
     let records: Api<Activation> = Api::all(env.client.clone());
     let first = format!("{}-1", env.cluster);
     wait_until("first record written", Duration::from_secs(60), || async {
@@ -501,21 +506,7 @@ async fn an_operator_killed_mid_apply_converges_after_restart() {
     let name = format!("{}-1", env.cluster);
 
     let mut op = Operator::start(&env, &[&env.cluster], &lease, dir.path());
-    let deploy = Command::new(kix_bin())
-        .args([
-            "deploy",
-            &env.cluster,
-            "--path",
-            root.to_str().expect("utf8"),
-            "--operator",
-            "--yes",
-        ])
-        .env("KUBECONFIG", kix_testkit::kubeconfig_path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let deploy = spawn_operator_deploy(&env.cluster, &root);
     // Kill the operator as soon as it is applying.
     wait_until("record Applying", Duration::from_secs(60), || async {
         records
