@@ -117,9 +117,16 @@ pub async fn release_objects(
             let api = api.clone();
             let name = l.key.name.clone();
             async move {
-                api.patch(&name, &PatchParams { field_manager: Some(kix_api::FIELD_MANAGER.into()), ..Default::default() }, &Patch::Merge(&patch))
-                    .await
-                    .map(|_| ())
+                api.patch(
+                    &name,
+                    &PatchParams {
+                        field_manager: Some(kix_api::FIELD_MANAGER.into()),
+                        ..Default::default()
+                    },
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .map(|_| ())
             }
         };
         let result = if l.prune_disabled {
