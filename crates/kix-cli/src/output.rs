@@ -55,7 +55,16 @@ pub fn init_logging(global: &GlobalArgs) {
 /// Prints the whole cause chain, then a hint when the failure is a known one.
 /// With `--log-format json` the report is one JSON object on stderr.
 pub fn report_error(err: &anyhow::Error) {
-    let causes: Vec<String> = err.chain().skip(1).map(|c| c.to_string()).collect();
+    // A cause whose text an earlier line already shows (`#[error("{0}")]`
+    // wrappers) is not repeated.
+    let mut shown = vec![err.to_string()];
+    let mut causes: Vec<String> = Vec::new();
+    for cause in err.chain().skip(1).map(|c| c.to_string()) {
+        if !shown.iter().any(|line| line.contains(&cause)) {
+            causes.push(cause.clone());
+        }
+        shown.push(cause);
+    }
     let hint = hint_for(err);
     if verbosity().log_format == LogFormat::Json {
         let report = serde_json::json!({
