@@ -367,7 +367,7 @@ async fn colors_on_a_terminal_unless_no_color() {
             tree.display(),
             done.display()
         );
-        let ok = Command::new("tmux")
+        let ok = tmux(&session)
             .args([
                 "new-session",
                 "-d",
@@ -386,11 +386,11 @@ async fn colors_on_a_terminal_unless_no_color() {
         while !done.exists() && started.elapsed() < std::time::Duration::from_secs(30) {
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
-        let out = Command::new("tmux")
+        let out = tmux(&session)
             .args(["capture-pane", "-p", "-e", "-t", &session])
             .output()
             .expect("capture");
-        let _ = Command::new("tmux")
+        let _ = tmux(&session)
             .args(["kill-session", "-t", &session])
             .status();
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -407,4 +407,13 @@ async fn colors_on_a_terminal_unless_no_color() {
         !plain.contains("\u{1b}[32m"),
         "no color with NO_COLOR:\n{plain:?}"
     );
+}
+
+/// tmux with a server of the test's own (`-L`): parallel tests never race to
+/// start or stop a shared default server.
+fn tmux(socket: &str) -> Command {
+    let mut command = Command::new("tmux");
+    // CI may run without TERM; tmux's client needs one even when detached.
+    command.args(["-L", socket]).env("TERM", "xterm-256color");
+    command
 }

@@ -139,7 +139,7 @@ async fn tui_under_tmux_and_an_unhealthy_rollback_exits_1() {
         kix.cluster(),
         done.display()
     );
-    let status = Command::new("tmux")
+    let status = tmux(&session)
         .args([
             "new-session",
             "-d",
@@ -155,7 +155,7 @@ async fn tui_under_tmux_and_an_unhealthy_rollback_exits_1() {
         .expect("tmux runs");
     assert!(status.success());
     let capture = || {
-        let out = Command::new("tmux")
+        let out = tmux(&session)
             .args(["capture-pane", "-p", "-t", &session])
             .output()
             .expect("tmux capture-pane");
@@ -172,7 +172,7 @@ async fn tui_under_tmux_and_an_unhealthy_rollback_exits_1() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let kill = || {
-        let _ = Command::new("tmux")
+        let _ = tmux(&session)
             .args(["kill-session", "-t", &session])
             .status();
     };
@@ -211,4 +211,13 @@ async fn tui_under_tmux_and_an_unhealthy_rollback_exits_1() {
         records[2].spec.receipt.rollback_from.as_deref(),
         Some(kix.name(2).as_str())
     );
+}
+
+/// tmux with a server of the test's own (`-L`): parallel tests never race to
+/// start or stop a shared default server.
+fn tmux(socket: &str) -> Command {
+    let mut command = Command::new("tmux");
+    // CI may run without TERM; tmux's client needs one even when detached.
+    command.args(["-L", socket]).env("TERM", "xterm-256color");
+    command
 }
