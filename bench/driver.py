@@ -95,10 +95,30 @@ class Bench:
             return None
 
     def settle(self, tool, since):
-        """Waits until the tool's Deployments are available; returns seconds since `since`."""
+        """Waits until the tool's Deployments are available (returns the seconds
+        since `since`), then until the control plane is quiet."""
         self.sh([self.a.ssa_loop, "--kubeconfig", self.a.kubeconfig, "--wait-only",
                  "--selector", f"bench.kix.run/tool={tool}", "--timeout", "20m"])
-        return round(time.monotonic() - since, 3)
+        ready = round(time.monotonic() - since, 3)
+        self.quiet()
+        return ready
+
+    def quiet(self, limit=60):
+        """Waits until the controllers are done with the last step's objects
+        (EndpointSlices, ReplicaSets, garbage collection): until the audit log,
+        which has a line per request, grows by less than ~10 requests a second
+        for two seconds in a row."""
+        if not self.a.audit:
+            time.sleep(2)
+            return
+        deadline = time.monotonic() + limit
+        calm = 0
+        last = self.audit_offset() or 0
+        while time.monotonic() < deadline and calm < 2:
+            time.sleep(1)
+            now = self.audit_offset() or 0
+            calm = calm + 1 if now - last < 15000 else 0
+            last = now
 
     def cleanup(self, tool):
         """Deletes the tool's namespaces and state; waits until they are gone."""
@@ -115,7 +135,8 @@ class Bench:
             self.sh(k + ["delete", "namespace", "helm-bench", "--ignore-not-found", "--wait=false"])
         elif tool == "kapp":
             self.sh(k + ["delete", "namespace", "kapp-bench", "--ignore-not-found", "--wait=false"])
-        deadline = time.monotonic() + 900
+        t0 = time.monotonic()
+        deadline = t0 + 900
         while time.monotonic() < deadline:
             r = self.sh(k + ["get", "namespace", "-o", "name", "-l", sel], check=False)
             extra = ""
@@ -123,6 +144,9 @@ class Bench:
                 extra = self.sh(k + ["get", "namespace", f"{tool}-bench", "-o", "name",
                                      "--ignore-not-found"], check=False).stdout.strip()
             if not r.stdout.strip() and not extra and r.returncode == 0:
+                if time.monotonic() - t0 > 2:
+                    log(f"cleaned up {tool} in {time.monotonic() - t0:.0f}s")
+                self.quiet()
                 return
             time.sleep(1)
         raise RuntimeError(f"namespaces of {tool} still there after 15 minutes")
@@ -213,6 +237,7 @@ class Bench:
                     ready = float(re.search(r"ready in ([\d.]+)s", r["output"]).group(1))
                     rec["steps"]["first_ready"] = {"wall": ready, "rss_mb": r["rss_mb"]}
                     r["wall"] = applied
+                    self.quiet()
                 else:
                     r["ready"] = self.settle(tool, r["t0"])
             rec["steps"][step] = {k: v for k, v in r.items() if k in ("wall", "rss_mb", "ready", "audit")}
@@ -241,7 +266,7 @@ class Bench:
         a = self.a
         self.store = {}
         tools = a.tools.split(",")
-        self.results["config"] = {"sizes": a.sizes, "runs": a.runs, "tools": tools}
+        self.results["config"] = {"sizes": a.sizes, "runs": a.runs, "peer_runs": a.peer_runs, "tools": tools}
         for size in [int(s) for s in a.sizes.split(",")]:
             d = os.path.join(self.work, f"workload-{size}")
             log(f"generating {size} objects in {d}")
@@ -252,12 +277,14 @@ class Bench:
             for variant in ("v0", "v1", "v2"):
                 out = self.sh(["nix-store", "--add", os.path.join(d, variant, "kix-tree")]).stdout.strip()
                 self.store[d][variant] = out
-            for run in range(1, a.runs + 1):
+            for run in range(1, max(a.runs, a.peer_runs) + 1):
                 # Rotate the order so no tool always runs first (cold caches)
                 # or right after the heaviest one.
                 order = tools[(run - 1) % len(tools):] + tools[:(run - 1) % len(tools)]
                 for tool in order:
-                    self.run_tool(tool, d, size, run)
+                    limit = a.runs if tool in ("kix", "ssa") else a.peer_runs
+                    if run <= limit:
+                        self.run_tool(tool, d, size, run)
 
 
 def applyset_id(name, namespace, kind, group):
@@ -271,7 +298,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--work", required=True)
     p.add_argument("--sizes", default="1000,5000")
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--runs", type=int, default=3, help="runs of kix and the raw SSA loop")
+    p.add_argument("--peer-runs", type=int, default=1, help="runs of kubectl, Helm and kapp")
     p.add_argument("--tools", default="ssa,kix,kubectl,helm,kapp")
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--kix", required=True)
