@@ -131,6 +131,18 @@ fn kix(args: &[&str]) -> Output {
         .expect("run kix")
 }
 
+/// `kix deploy <cluster> --path <root> --operator --yes`.
+fn deploy_operator(cluster: &str, root: &Path) -> Output {
+    kix(&[
+        "deploy",
+        cluster,
+        "--path",
+        root.to_str().expect("utf8"),
+        "--operator",
+        "--yes",
+    ])
+}
+
 /// `kix deploy <cluster> --path <root> --operator --yes` in the background.
 fn spawn_operator_deploy(cluster: &str, root: &Path) -> Child {
     Command::new(kix_bin())
@@ -204,14 +216,7 @@ async fn deploy_through_the_operator_then_drift_is_corrected() {
         &configmap("settings", "hello"),
     );
 
-    let out = kix(&[
-        "deploy",
-        &env.cluster,
-        "--path",
-        root.to_str().expect("utf8"),
-        "--operator",
-        "--yes",
-    ]);
+    let out = deploy_operator(&env.cluster, &root);
     assert!(out.status.success(), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains(": Active"),
@@ -340,14 +345,7 @@ async fn the_finalizer_keeps_what_another_clusters_build_contains() {
     );
     let theirs = tree(dir.path(), &other, &env.namespace, &shared);
     for (cluster, root) in [(&env.cluster, &mine), (&other, &theirs)] {
-        let out = kix(&[
-            "deploy",
-            cluster,
-            "--path",
-            root.to_str().expect("utf8"),
-            "--operator",
-            "--yes",
-        ]);
+        let out = deploy_operator(cluster, root);
         assert!(out.status.success(), "{}", text(&out));
     }
     env.extra_namespaces.push(env.namespace.clone());
@@ -482,14 +480,7 @@ async fn two_replicas_only_one_leads_and_a_killed_leader_is_replaced() {
         &env.namespace,
         &configmap("settings", "v1"),
     );
-    let out = kix(&[
-        "deploy",
-        &env.cluster,
-        "--path",
-        root.to_str().expect("utf8"),
-        "--operator",
-        "--yes",
-    ]);
+    let out = deploy_operator(&env.cluster, &root);
     assert!(out.status.success(), "{}", text(&out));
 }
 
@@ -587,14 +578,7 @@ async fn least_privilege_allow_list_refuses_other_namespaces_and_kinds() {
         &env.namespace,
         &configmap("allowed", "v"),
     );
-    let out = kix(&[
-        "deploy",
-        &env.cluster,
-        "--path",
-        ok.to_str().expect("utf8"),
-        "--operator",
-        "--yes",
-    ]);
+    let out = deploy_operator(&env.cluster, &ok);
     assert!(out.status.success(), "{}", text(&out));
     // Refused: a ConfigMap in a namespace outside the allow-list.
     let bad_yaml = format!(
@@ -602,14 +586,7 @@ async fn least_privilege_allow_list_refuses_other_namespaces_and_kinds() {
         configmap("allowed", "v2")
     );
     let bad = tree(dir.path(), &env.cluster, &env.namespace, &bad_yaml);
-    let out = kix(&[
-        "deploy",
-        &env.cluster,
-        "--path",
-        bad.to_str().expect("utf8"),
-        "--operator",
-        "--yes",
-    ]);
+    let out = deploy_operator(&env.cluster, &bad);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let record = records
         .get(&format!("{}-2", env.cluster))
@@ -671,14 +648,7 @@ async fn rollback_and_gc_through_the_operator() {
         &configmap("settings", "v2"),
     );
     for root in [&v1, &v2] {
-        let out = kix(&[
-            "deploy",
-            &env.cluster,
-            "--path",
-            root.to_str().expect("utf8"),
-            "--operator",
-            "--yes",
-        ]);
+        let out = deploy_operator(&env.cluster, root);
         assert!(out.status.success(), "{}", text(&out));
     }
     assert_eq!(cm_value(&cms, "settings").await.as_deref(), Some("v2"));
@@ -768,14 +738,7 @@ async fn objects_that_cannot_be_deleted_are_reported_and_gc_exits_1() {
         &env.namespace,
         &configmap("keep", "v2"),
     );
-    let out = kix(&[
-        "deploy",
-        &env.cluster,
-        "--path",
-        v1.to_str().expect("utf8"),
-        "--operator",
-        "--yes",
-    ]);
+    let out = deploy_operator(&env.cluster, &v1);
     assert!(out.status.success(), "{}", text(&out));
 
     // An admission policy refuses to delete ConfigMaps in the test namespace,
@@ -817,14 +780,7 @@ async fn objects_that_cannot_be_deleted_are_reported_and_gc_exits_1() {
 
     // The operator cannot prune `undeletable`: the record ends Degraded with
     // the object and the reason, and deploy --operator exits 1.
-    let out = kix(&[
-        "deploy",
-        &env.cluster,
-        "--path",
-        v2.to_str().expect("utf8"),
-        "--operator",
-        "--yes",
-    ]);
+    let out = deploy_operator(&env.cluster, &v2);
     assert_eq!(
         out.status.code(),
         Some(1),
