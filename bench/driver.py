@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The benchmark's measuring loop (bench/run calls it; stdlib only).
 
-    driver.py --work DIR --sizes 1000,5000 --runs 3 --tools kix,kubectl,helm,kapp,ssa
+    driver.py --work DIR --sizes 1000,5000 --runs 3 --peer-runs 1 --tools ssa,kix,kubectl,helm,kapp
               --kubeconfig K --kix BIN --kubectl BIN [--helm BIN] [--kapp BIN] --ssa-loop BIN
+              [--audit AUDIT_LOG]
 
 For each size it generates the workloads (gen.py), then, run after run, takes
 each tool through the same sequence on the same control plane:
@@ -14,12 +15,12 @@ each tool through the same sequence on the same control plane:
     prune    deploy v2 (v1 without 10 % of the objects)
 
 and deletes the tool's namespaces and records before the next tool. Between
-steps it waits, untimed, until the tool's Deployments are available so a
-step never competes with the controllers' work left over from the previous
-one; the time from a deploy's start until then is recorded as "ready".
-Every command runs under /usr/bin/time -v (peak RSS). Results are appended
-to DIR/results.json after each step, so an interrupted run keeps what it
-measured.
+steps it waits, untimed, until the tool's Deployments are available (the
+time from a deploy's start until then is recorded as "ready") and then until
+the control plane is quiet, so a step never competes with the controllers'
+work left over from the previous one. Every command runs under
+/usr/bin/time -v (peak RSS). DIR/results.json is rewritten after each tool's
+sequence, so an interrupted run keeps what it measured.
 """
 
 import argparse
