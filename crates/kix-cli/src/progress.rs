@@ -98,14 +98,14 @@ pub fn line(event: &Event) -> Option<String> {
     Some(match event {
         Event::Recorded { activation } => format!("recorded activation {activation}"),
         Event::GroupStarted { group, objects } => format!("{group}: applying {objects} objects"),
-        Event::Applied { key, action } => {
+        Event::Applied { key, action, .. } => {
             if verbosity().verbose > 0 {
                 format!("  {} {key}", past(action.as_str()))
             } else {
                 return None;
             }
         }
-        Event::ApplyFailed { key, error } => format!("  failed {key}: {error}"),
+        Event::ApplyFailed { key, error, .. } => format!("  failed {key}: {error}"),
         Event::Waiting { group, pending } => {
             format!("{group}: waiting for {}", waiting(pending, 5))
         }
@@ -167,7 +167,6 @@ fn bars(mut rx: UnboundedReceiver<Event>) {
         .unwrap_or_else(|_| ProgressStyle::default_bar());
     let mut groups: HashMap<String, ProgressBar> = HashMap::new();
     let mut prune: Option<ProgressBar> = None;
-    let mut current: Option<String> = None;
     let verbose = verbosity().verbose > 0;
     while let Some(event) = rx.blocking_recv() {
         match &event {
@@ -181,19 +180,16 @@ fn bars(mut rx: UnboundedReceiver<Event>) {
                 bar.set_message("applying");
                 bar.enable_steady_tick(Duration::from_millis(120));
                 groups.insert(group.clone(), bar);
-                current = Some(group.clone());
             }
-            Event::Applied { key, action } => {
-                // Groups run one after another: an applied object belongs to
-                // the group that started last.
-                if let Some(bar) = current.as_ref().and_then(|g| groups.get(g)) {
+            Event::Applied { group, key, action } => {
+                if let Some(bar) = groups.get(group) {
                     bar.inc(1);
                 }
                 if verbose {
                     let _ = multi.println(format!("  {} {key}", past(action.as_str())));
                 }
             }
-            Event::ApplyFailed { key, error } => {
+            Event::ApplyFailed { key, error, .. } => {
                 let _ = multi.println(format!("  failed {key}: {error}"));
             }
             Event::Waiting { group, pending } => {

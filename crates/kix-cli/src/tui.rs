@@ -72,7 +72,6 @@ pub struct Model {
     log: Vec<String>,
     activation: Option<String>,
     finished: Option<(Phase, String)>,
-    current_group: Option<usize>,
 }
 
 const CRDS: &str = "CustomResourceDefinitions";
@@ -150,7 +149,6 @@ impl Model {
             log: Vec::new(),
             activation: None,
             finished: None,
-            current_group: None,
         }
     }
 
@@ -177,7 +175,6 @@ impl Model {
                         ended: None,
                     });
                 }
-                self.current_group = self.groups.iter().position(|g| &g.name == group);
                 if let Some(g) = self.group(group) {
                     g.writes = *objects;
                     g.state = GroupState::Applying;
@@ -186,14 +183,14 @@ impl Model {
                 self.log
                     .push(format!("{group}: applying {objects} objects"));
             }
-            Event::Applied { key, action } => {
-                if let Some(g) = self.current_group.and_then(|i| self.groups.get_mut(i)) {
+            Event::Applied { group, key, action } => {
+                if let Some(g) = self.group(group) {
                     g.applied += 1;
                 }
                 self.log.push(format!("  {} {key}", action.as_str()));
             }
-            Event::ApplyFailed { key, error } => {
-                if let Some(g) = self.current_group.and_then(|i| self.groups.get_mut(i)) {
+            Event::ApplyFailed { group, key, error } => {
+                if let Some(g) = self.group(group) {
                     g.failed += 1;
                 }
                 self.log.push(format!("  failed {key}: {error}"));
@@ -677,6 +674,7 @@ mod tests {
             (
                 0.3,
                 Event::Applied {
+                    group: "package db".into(),
                     key: "ConfigMap data/db-config".into(),
                     action: Action::Update,
                 },
@@ -698,6 +696,7 @@ mod tests {
             (
                 0.6,
                 Event::Applied {
+                    group: "package web".into(),
                     key: "ConfigMap web/web-config".into(),
                     action: Action::Create,
                 },
@@ -705,6 +704,7 @@ mod tests {
             (
                 0.7,
                 Event::Applied {
+                    group: "package web".into(),
                     key: "Service web/web".into(),
                     action: Action::Create,
                 },
@@ -712,6 +712,7 @@ mod tests {
             (
                 0.8,
                 Event::Applied {
+                    group: "package web".into(),
                     key: "Deployment.apps web/web".into(),
                     action: Action::Update,
                 },
@@ -750,6 +751,7 @@ mod tests {
             (
                 0.3,
                 Event::ApplyFailed {
+                    group: "package db".into(),
                     key: "ConfigMap data/db-config".into(),
                     error: "forbidden".into(),
                 },

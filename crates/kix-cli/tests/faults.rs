@@ -169,7 +169,8 @@ fn spawn_deploy(
     let file =
         |ext: &str| std::fs::File::create(dir.join(format!("{tag}.{ext}"))).expect("log file");
     kix(kubeconfig, gcroots)
-        .args(["deploy", cluster, "--path", path, "--yes"])
+        // -v: when a deploy hangs, its log says in which step.
+        .args(["deploy", cluster, "--path", path, "--yes", "-v"])
         .stdout(file("stdout"))
         .stderr(file("stderr"))
         .spawn()
@@ -663,7 +664,13 @@ async fn finish(
         }
         if started.elapsed() > timeout {
             let _ = child.kill();
-            panic!("the deploy ({tag}) hangs after the fault: not finished after {timeout:?}");
+            let stderr =
+                std::fs::read_to_string(dir.join(format!("{tag}.stderr"))).unwrap_or_default();
+            let lines: Vec<&str> = stderr.lines().collect();
+            let tail = lines[lines.len().saturating_sub(60)..].join("\n");
+            panic!(
+                "the deploy ({tag}) hangs after the fault: not finished after {timeout:?}; the end of its log:\n{tail}"
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };

@@ -140,10 +140,12 @@ pub enum Event {
         objects: usize,
     },
     Applied {
+        group: String,
         key: String,
         action: Action,
     },
     ApplyFailed {
+        group: String,
         key: String,
         error: String,
     },
@@ -483,57 +485,118 @@ async fn run(
 
     let mut failed_groups: BTreeSet<String> = BTreeSet::new();
     let mut aborted = false;
-    for (group, objects, deps) in &groups {
+    // Waves: CRDs, Namespaces, then the packages by dependency depth (a
+    // package's wave comes after the waves of everything it depends on). The
+    // groups of one wave apply and wait for health concurrently; one
+    // semaphore bounds the applies in flight across them.
+    let first_package_wave = groups
+        .iter()
+        .filter(|(group, _, _)| !group.starts_with("package "))
+        .count();
+    let mut depth: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut waves: Vec<Vec<usize>> = Vec::new();
+    for (i, (group, _, deps)) in groups.iter().enumerate() {
+        // Packages come in dependency order: their dependencies' waves are known.
+        let wave = if group.starts_with("package ") {
+            deps.iter()
+                .filter_map(|d| depth.get(d.as_str()))
+                .map(|w| w + 1)
+                .max()
+                .unwrap_or(first_package_wave)
+                .max(first_package_wave)
+        } else {
+            i
+        };
+        depth.insert(group.as_str(), wave);
+        if waves.len() <= wave {
+            waves.resize(wave + 1, Vec::new());
+        }
+        waves[wave].push(i);
+    }
+    let permits = tokio::sync::Semaphore::new(options.concurrency.max(1));
+    for wave in waves {
         if aborted {
             break;
         }
-        if let Some(dep) = deps.iter().find(|d| failed_groups.contains(*d)) {
-            emit(
-                options,
-                Event::Skipped {
-                    group: group.clone(),
-                    reason: format!("{dep} is not healthy"),
-                },
-            );
-            failed_groups.insert(group.clone());
-            state
-                .messages
-                .push(format!("{group} skipped: {dep} is not healthy"));
+        let mut runnable = Vec::new();
+        for i in wave {
+            let (group, _, deps) = &groups[i];
+            if let Some(dep) = deps.iter().find(|d| failed_groups.contains(*d)) {
+                emit(
+                    options,
+                    Event::Skipped {
+                        group: group.clone(),
+                        reason: format!("{dep} is not healthy"),
+                    },
+                );
+                failed_groups.insert(group.clone());
+                state
+                    .messages
+                    .push(format!("{group} skipped: {dep} is not healthy"));
+                continue;
+            }
+            runnable.push(i);
+        }
+        if runnable.is_empty() {
             continue;
         }
         lease.check().map_err(EngineError::Lease)?;
-        // The package's record, then its crossed migrations, then its objects.
-        packages.begin(plan, group).await?;
-        let mark = (state.failed, state.healthy, state.messages.len());
-        let migrated = crate::migrations::run_group(client, plan, group, deadline).await;
-        if let Err(failure) = &migrated {
-            state.failed += 1;
-            state.messages.push(format!("{group}: {failure}"));
-            emit(
-                options,
-                Event::ApplyFailed {
-                    key: failure.key.clone(),
-                    error: failure.error.clone(),
-                },
-            );
+        // Each package's record, then its crossed migrations, in order; then
+        // the objects of the whole wave at once.
+        let mut migrated = Vec::with_capacity(runnable.len());
+        for &i in &runnable {
+            let group = &groups[i].0;
+            packages.begin(plan, group).await?;
+            migrated.push(crate::migrations::run_group(client, plan, group, deadline).await);
         }
-        let ok = migrated.is_ok()
-            && apply_group(
-                client, group, objects, &planned, options, deadline, &mut state,
-            )
-            .await;
-        let result = crate::packages::GroupResult {
-            ok,
-            failed: state.failed - mark.0,
-            healthy: state.healthy - mark.1,
-        };
-        packages
-            .finish(plan, group, result, &state.messages[mark.2..])
-            .await?;
-        if !ok {
-            failed_groups.insert(group.clone());
-            if options.on_error != OnError::Continue {
-                aborted = true;
+        let mut applies = Vec::with_capacity(runnable.len());
+        for (&i, migrated) in runnable.iter().zip(&migrated) {
+            let (group, objects, _) = &groups[i];
+            let planned = &planned;
+            let permits = &permits;
+            applies.push(async move {
+                if let Err(failure) = migrated {
+                    let group_state = RunState {
+                        failed: 1,
+                        messages: vec![format!("{group}: {failure}")],
+                        ..RunState::default()
+                    };
+                    emit(
+                        options,
+                        Event::ApplyFailed {
+                            group: group.clone(),
+                            key: failure.key.clone(),
+                            error: failure.error.clone(),
+                        },
+                    );
+                    return (i, false, group_state);
+                }
+                let (ok, group_state) =
+                    apply_group(client, group, objects, planned, options, deadline, permits).await;
+                (i, ok, group_state)
+            });
+        }
+        let results = futures::future::join_all(applies).await;
+        for (i, ok, group_state) in results {
+            let group = &groups[i].0;
+            let mark = state.messages.len();
+            state.applied += group_state.applied;
+            state.failed += group_state.failed;
+            state.healthy += group_state.healthy;
+            state.messages.extend(group_state.messages);
+            let result = crate::packages::GroupResult {
+                ok,
+                failed: group_state.failed,
+                healthy: group_state.healthy,
+            };
+            packages
+                .finish(plan, group, result, &state.messages[mark..])
+                .await?;
+            if !ok {
+                failed_groups.insert(group.clone());
+                if options.on_error != OnError::Continue {
+                    aborted = true;
+                }
             }
         }
         let mut progress = status.progress.unwrap_or_default();
@@ -611,8 +674,10 @@ struct RunState {
     messages: Vec<String>,
 }
 
-/// Applies one group (rank by rank, bounded parallel) and waits for it to be
-/// healthy. Returns false when an object failed or did not become healthy.
+/// Applies one group (rank by rank, bounded parallel; `permits` bounds the
+/// applies in flight across the groups of a wave) and waits for it to be
+/// healthy. Returns false when an object failed or did not become healthy,
+/// with what happened to the group's objects.
 async fn apply_group(
     client: &Client,
     group: &str,
@@ -620,8 +685,9 @@ async fn apply_group(
     planned: &BTreeMap<&ObjectKey, &PlannedObject>,
     options: &DeployOptions,
     deadline: Instant,
-    state: &mut RunState,
-) -> bool {
+    permits: &tokio::sync::Semaphore,
+) -> (bool, RunState) {
+    let mut state = RunState::default();
     let writes: Vec<(&Desired, &PlannedObject)> = objects
         .iter()
         .filter_map(|d| planned.get(&d.key).map(|p| (*d, *p)))
@@ -645,7 +711,7 @@ async fn apply_group(
         })
         .collect();
     if writes.is_empty() && to_wait.is_empty() {
-        return true;
+        return (true, state);
     }
     // A group with nothing to write reports only when it is not healthy.
     let quiet = writes.is_empty();
@@ -672,7 +738,7 @@ async fn apply_group(
         )> = stream::iter({
             let mut applies = Vec::with_capacity(batch.len());
             for (d, p) in batch {
-                applies.push(apply_tagged(client, d, p, options));
+                applies.push(apply_tagged(client, d, p, options, permits));
             }
             applies
         })
@@ -686,6 +752,7 @@ async fn apply_group(
                     emit(
                         options,
                         Event::Applied {
+                            group: group.to_owned(),
                             key: d.key.to_string(),
                             action: p.action,
                         },
@@ -707,12 +774,13 @@ async fn apply_group(
                     emit(
                         options,
                         Event::ApplyFailed {
+                            group: group.to_owned(),
                             key: d.key.to_string(),
                             error,
                         },
                     );
                     if options.on_error != OnError::Continue {
-                        return false;
+                        return (false, state);
                     }
                 }
             }
@@ -762,13 +830,13 @@ async fn apply_group(
                         reasons,
                     },
                 );
-                return false;
+                return (false, state);
             }
             Err(err) => {
                 state
                     .messages
                     .push(format!("{group}: waiting failed: {err}"));
-                return false;
+                return (false, state);
             }
         }
     }
@@ -781,7 +849,7 @@ async fn apply_group(
             },
         );
     }
-    ok
+    (ok, state)
 }
 
 /// Kinds without a status: always healthy, never waited for.
@@ -808,11 +876,14 @@ async fn apply_tagged<'a>(
     d: &'a Desired,
     p: &'a PlannedObject,
     options: &DeployOptions,
+    permits: &tokio::sync::Semaphore,
 ) -> (
     &'a Desired,
     &'a PlannedObject,
     std::result::Result<serde_json::Value, String>,
 ) {
+    // Held for the apply: bounds the applies in flight across groups.
+    let _permit = permits.acquire().await;
     (d, p, apply_one(client, d, p, options).await)
 }
 
@@ -910,6 +981,11 @@ async fn prune(
         PruneMode::Foreground => PropagationPolicy::Foreground,
         PruneMode::Orphan => PropagationPolicy::Orphan,
     };
+    // Resolve the kinds first (cached discovery), then delete rank by rank
+    // (work is in reverse apply order), each rank bounded-parallel like the
+    // applies.
+    let mut resolved: Vec<(&PlannedObject, kube::Api<kube::api::DynamicObject>, u8)> =
+        Vec::with_capacity(work.len());
     for o in work {
         let Some(resource) = resources.get(&o.api_version, &o.key.kind).await? else {
             continue;
@@ -918,67 +994,102 @@ async fn prune(
             Some(ns) => kube::Api::namespaced_with(client.clone(), ns, &resource.api),
             None => kube::Api::all_with(client.clone(), &resource.api),
         };
-        let result = if o.action == Action::Delete {
-            let params = DeleteParams {
-                propagation_policy: Some(propagation.clone()),
-                ..Default::default()
-            };
-            match api.delete(&o.key.name, &params).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                Err(e) => Err(crate::error::api_message(&e)),
-            }
-        } else {
-            // Shared: only this cluster's entry leaves the annotation.
-            let patch = serde_json::json!({"metadata": {"annotations": {
-                kix_api::ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&o.activations)
-            }}});
-            let params = PatchParams {
-                field_manager: Some(FIELD_MANAGER.to_string()),
-                ..Default::default()
-            };
-            api.patch(&o.key.name, &params, &Patch::Merge(&patch))
-                .await
-                .map(|_| ())
-                .map_err(|e| crate::error::api_message(&e))
-        };
-        match result {
-            Ok(()) => {
-                if o.action == Action::Delete {
-                    state.pruned += 1;
+        let rank = kix_manifest::kind_rank(&o.key.group, &o.key.kind);
+        resolved.push((o, api, rank));
+    }
+    let mut batches: Vec<Vec<(&PlannedObject, kube::Api<kube::api::DynamicObject>)>> = Vec::new();
+    let mut last_rank = None;
+    for (o, api, rank) in resolved {
+        if last_rank != Some(rank) {
+            batches.push(Vec::new());
+            last_rank = Some(rank);
+        }
+        if let Some(batch) = batches.last_mut() {
+            batch.push((o, api));
+        }
+    }
+    for batch in batches {
+        let mut deletions = Vec::with_capacity(batch.len());
+        for (o, api) in batch {
+            deletions.push(prune_one(o, api, propagation.clone()));
+        }
+        let results: Vec<(&PlannedObject, std::result::Result<(), String>)> =
+            stream::iter(deletions)
+                .buffer_unordered(options.concurrency.max(1))
+                .collect()
+                .await;
+        for (o, result) in results {
+            match result {
+                Ok(()) => {
+                    if o.action == Action::Delete {
+                        state.pruned += 1;
+                    }
+                    emit(
+                        options,
+                        Event::Pruned {
+                            key: o.key.to_string(),
+                            action: o.action,
+                        },
+                    );
                 }
-                emit(
-                    options,
-                    Event::Pruned {
-                        key: o.key.to_string(),
-                        action: o.action,
-                    },
-                );
-            }
-            Err(error) => {
-                status.failed_deletions.push(FailedDeletion {
-                    object: ObjectRef::new(
-                        o.api_version.clone(),
-                        o.key.kind.clone(),
-                        o.key.namespace.clone(),
-                        o.key.name.clone(),
-                    ),
-                    reason: error.clone(),
-                });
-                state
-                    .messages
-                    .push(format!("could not prune {}: {error}", o.key));
-                emit(
-                    options,
-                    Event::PruneFailed {
-                        key: o.key.to_string(),
-                        error,
-                    },
-                );
+                Err(error) => {
+                    status.failed_deletions.push(FailedDeletion {
+                        object: ObjectRef::new(
+                            o.api_version.clone(),
+                            o.key.kind.clone(),
+                            o.key.namespace.clone(),
+                            o.key.name.clone(),
+                        ),
+                        reason: error.clone(),
+                    });
+                    state
+                        .messages
+                        .push(format!("could not prune {}: {error}", o.key));
+                    emit(
+                        options,
+                        Event::PruneFailed {
+                            key: o.key.to_string(),
+                            error,
+                        },
+                    );
+                }
             }
         }
     }
     Ok(())
+}
+
+/// One deletion (or, for a shared object, the removal of this cluster's entry).
+async fn prune_one(
+    o: &PlannedObject,
+    api: kube::Api<kube::api::DynamicObject>,
+    propagation: PropagationPolicy,
+) -> (&PlannedObject, std::result::Result<(), String>) {
+    let result = if o.action == Action::Delete {
+        let params = DeleteParams {
+            propagation_policy: Some(propagation),
+            ..Default::default()
+        };
+        match api.delete(&o.key.name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(crate::error::api_message(&e)),
+        }
+    } else {
+        // Shared: only this cluster's entry leaves the annotation.
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            kix_api::ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&o.activations)
+        }}});
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..Default::default()
+        };
+        api.patch(&o.key.name, &params, &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| crate::error::api_message(&e))
+    };
+    (o, result)
 }
 
 /// Marks every older record of the cluster that is not already Superseded.

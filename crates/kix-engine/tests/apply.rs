@@ -142,6 +142,49 @@ async fn order_crds_namespaces_then_packages_by_dependency_once_healthy() {
     kit.cleanup().await;
 }
 
+/// Packages that do not depend on each other deploy together (one wave);
+/// a dependent waits for its dependency's health.
+#[tokio::test]
+async fn independent_packages_deploy_together_and_dependents_wait() {
+    let kit = Kit::new("apply-waves").await;
+    let built = kit.build(&[
+        Pkg::new("a", &[deployment("a-web", true)]),
+        Pkg::new("b", &[configmap("b-cfg", &[("k", "v")])]),
+        Pkg::new("c", &[configmap("c-cfg", &[("k", "v")])]).depends_on(&["a"]),
+    ]);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut options = kit.options();
+    options.events = Some(tx);
+    kit.deploy_opts(&built, &options).await;
+    drop(options);
+    let mut events = vec![];
+    while let Ok(e) = rx.try_recv() {
+        events.push(e);
+    }
+    let position = |what: &str, found: &dyn Fn(&Event) -> bool| {
+        events
+            .iter()
+            .position(found)
+            .unwrap_or_else(|| panic!("{what} not seen: {events:#?}"))
+    };
+    let healthy_a = position(
+        "package a healthy",
+        &|e| matches!(e, Event::Healthy { group, .. } if group == "package a"),
+    );
+    let applied_b = position(
+        "b-cfg applied",
+        &|e| matches!(e, Event::Applied { group, key, .. } if group == "package b" && key.contains("b-cfg")),
+    );
+    let applied_c = position(
+        "c-cfg applied",
+        &|e| matches!(e, Event::Applied { group, key, .. } if group == "package c" && key.contains("c-cfg")),
+    );
+    // The Deployment takes the controllers a while; b does not wait for it.
+    assert!(applied_b < healthy_a, "b applies beside a: {events:#?}");
+    assert!(healthy_a < applied_c, "c waits for a: {events:#?}");
+    kit.cleanup().await;
+}
+
 #[tokio::test]
 async fn an_unchanged_redeploy_makes_no_write_request() {
     let mut kit = Kit::new("apply-noop").await;

@@ -16,7 +16,8 @@ async fn a_deployment_that_never_becomes_available_fails_at_the_timeout() {
     let kit = Kit::new("fail-timeout").await;
     let built = kit.build(&[
         Pkg::new("a", &[deployment("stuck", false)]),
-        Pkg::new("b", &[configmap("after", &[("k", "v")])]),
+        Pkg::new("b", &[configmap("beside", &[("k", "v")])]),
+        Pkg::new("c", &[configmap("after", &[("k", "v")])]).depends_on(&["b"]),
     ]);
     let mut options = kit.options();
     options.timeout = Duration::from_secs(3);
@@ -35,7 +36,10 @@ async fn a_deployment_that_never_becomes_available_fails_at_the_timeout() {
         elapsed < Duration::from_secs(20),
         "fails at the timeout, took {elapsed:?}"
     );
-    // Abort: the independent package after the failure is not applied.
+    // Abort: the package of the same wave (independent of `a`) finishes; no
+    // later wave starts, so `c` (which depends only on the healthy `b`) is
+    // not applied, although `--on-error continue` would apply it.
+    assert_eq!(kit.cm_value("beside", "k").await.as_deref(), Some("v"));
     assert!(kit.cm_value("after", "k").await.is_none(), "abort stops");
     let record = kit.records().await.pop().expect("record");
     assert_eq!(record.phase(), Some(Phase::Failed));
