@@ -9,10 +9,11 @@ use kix_api::{
     owner_value,
 };
 use kix_manifest::ObjectKey;
-use kube::api::{Api, DynamicObject, ListParams};
-use kube::core::PartialObjectMeta;
+use kube::api::{DynamicObject, ListParams};
 use kube::discovery::ApiResource;
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 
 use crate::error::{EngineError, Result};
 
@@ -45,13 +46,12 @@ pub async fn list_kinds(
         let client = client.clone();
         let selector = selector.map(str::to_string);
         async move {
-            let api: Api<DynamicObject> = Api::all_with(client, &resource);
             let mut params = ListParams::default();
             if let Some(selector) = &selector {
                 params = params.labels(selector);
             }
-            let list = match api.list_metadata(&params).await {
-                Ok(list) => list.items,
+            let list = match list_lean(&client, &resource, None, &params).await {
+                Ok(items) => items,
                 // A kind whose CRD is not installed yet has no objects.
                 Err(kube::Error::Api(status)) if status.code == 404 => vec![],
                 Err(source) => {
@@ -87,12 +87,12 @@ pub async fn list_unlabelled(
 ) -> Result<HashMap<ObjectKey, Live>> {
     let mut out = HashMap::new();
     for ns in namespaces {
-        let api: Api<DynamicObject> = match (namespaced, ns) {
-            (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, resource),
-            _ => Api::all_with(client.clone(), resource),
+        let ns = match (namespaced, ns) {
+            (true, Some(ns)) => Some(ns.as_str()),
+            _ => None,
         };
-        let items = match api.list_metadata(&ListParams::default()).await {
-            Ok(list) => list.items,
+        let items = match list_lean(client, resource, ns, &ListParams::default()).await {
+            Ok(items) => items,
             Err(kube::Error::Api(status)) if status.code == 404 => vec![],
             Err(source) => {
                 return Err(EngineError::List {
@@ -109,19 +109,60 @@ pub async fn list_unlabelled(
     Ok(out)
 }
 
-fn to_live(
-    meta: PartialObjectMeta<DynamicObject>,
+/// The metadata the plan reads of a listed object. Everything else, above
+/// all `managedFields` (most of a metadata LIST's bytes), is skipped while
+/// parsing, not built and dropped.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+    deletion_timestamp: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct LeanList {
+    /// `null` when the list is empty.
+    items: Option<Vec<LeanItem>>,
+}
+
+#[derive(Deserialize)]
+struct LeanItem {
+    metadata: LeanMeta,
+}
+
+/// A metadata-only LIST of `resource` (in `namespace`, or everywhere), read
+/// into [`LeanMeta`]s.
+async fn list_lean(
+    client: &Client,
     resource: &ApiResource,
-    namespaced: bool,
-) -> Live {
+    namespace: Option<&str>,
+    params: &ListParams,
+) -> kube::Result<Vec<LeanMeta>> {
+    let url = DynamicObject::url_path(resource, namespace);
+    let request = kube::core::Request::new(url)
+        .list_metadata(params)
+        .map_err(kube::Error::BuildRequest)?;
+    let list: LeanList = client.request(request).await?;
+    Ok(list
+        .items
+        .unwrap_or_default()
+        .into_iter()
+        .map(|item| item.metadata)
+        .collect())
+}
+
+fn to_live(meta: LeanMeta, resource: &ApiResource, namespaced: bool) -> Live {
     let key = ObjectKey {
         group: resource.group.clone(),
         kind: resource.kind.clone(),
-        namespace: if namespaced { meta.namespace() } else { None },
-        name: meta.name_any(),
+        namespace: if namespaced { meta.namespace } else { None },
+        name: meta.name.unwrap_or_default(),
     };
-    let labels = meta.labels();
-    let annotations = meta.annotations();
+    let labels = meta.labels.unwrap_or_default();
+    let annotations = meta.annotations.unwrap_or_default();
     let owned = labels.get(LABEL_OWNER).is_some_and(|v| {
         *v == owner_value(&key.group, &key.kind, key.namespace.as_deref(), &key.name)
     });
@@ -135,7 +176,7 @@ fn to_live(
         prune_disabled: annotations
             .get(ANNOTATION_PRUNE)
             .is_some_and(|v| v == PRUNE_DISABLED),
-        deleting: meta.metadata.deletion_timestamp.is_some(),
+        deleting: meta.deletion_timestamp.is_some(),
         api_version: resource.api_version.clone(),
         resource: resource.clone(),
         namespaced,

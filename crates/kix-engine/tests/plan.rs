@@ -513,32 +513,6 @@ async fn one_list_per_kind_and_no_get_per_object() {
     let dry_runs = kit.requests(mark).into_iter().filter(|r| r.dry_run).count();
     assert_eq!(dry_runs, 0, "unchanged objects are not dry-run");
 
-    // All changed: the field changes of each, from one LIST of the kind
-    // rather than a GET of each live object.
-    let changed: Vec<String> = (0..50)
-        .map(|i| configmap(&format!("cm-{i:02}"), &[("i", &(i + 100).to_string())]))
-        .collect();
-    let mark = audit::mark().expect("mark");
-    let plan = kit.plan(&kit.simple(&changed), &prune()).await;
-    assert_eq!(plan.counts.update, 50, "{:?}", plan.counts);
-    for (i, object) in plan.objects().enumerate() {
-        assert_eq!(object.action, Action::Update, "{object:?}");
-        let data: Vec<_> = object
-            .changes
-            .iter()
-            .filter(|c| c.path == "data.i")
-            .collect();
-        assert_eq!(data.len(), 1, "{object:?}");
-        let n: usize = object.key.name["cm-".len()..].parse().expect("number");
-        assert_eq!(data[0].old, Some(json!(n.to_string())), "{object:?}");
-        assert_eq!(
-            data[0].new,
-            Some(json!((n + 100).to_string())),
-            "{i}: {object:?}"
-        );
-    }
-    check_requests(&kit, mark, "planning 50 changed ConfigMaps");
-
     // Reconcile mode: still one LIST per kind, not one GET per object.
     let mark = audit::mark().expect("mark");
     let plan = kit
