@@ -30,6 +30,9 @@ pub struct Live {
     pub activations: BTreeSet<String>,
     pub prune_disabled: bool,
     pub deleting: bool,
+    /// The version the LIST saw: a later read of the object at (or after)
+    /// it is served from the apiserver's cache instead of etcd.
+    pub resource_version: Option<String>,
 }
 
 /// How many LISTs run at once.
@@ -120,6 +123,7 @@ struct LeanMeta {
     labels: Option<BTreeMap<String, String>>,
     annotations: Option<BTreeMap<String, String>>,
     deletion_timestamp: Option<IgnoredAny>,
+    resource_version: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -177,6 +181,7 @@ fn to_live(meta: LeanMeta, resource: &ApiResource, namespaced: bool) -> Live {
             .get(ANNOTATION_PRUNE)
             .is_some_and(|v| v == PRUNE_DISABLED),
         deleting: meta.deletion_timestamp.is_some(),
+        resource_version: meta.resource_version,
         api_version: resource.api_version.clone(),
         resource: resource.clone(),
         namespaced,

@@ -385,6 +385,9 @@ pub async fn plan(
             options,
             &creating_namespaces,
             full.get(&d.key),
+            live.get(&d.key)
+                .or_else(|| unlabelled.get(&d.key))
+                .and_then(|l| l.resource_version.as_deref()),
         ));
     }
     let checked: Vec<PlannedObject> = stream::iter(checks)
@@ -535,6 +538,7 @@ async fn dry_run(
     options: &PlanOptions,
     creating_namespaces: &BTreeSet<String>,
     full_live: Option<&Value>,
+    listed_version: Option<&str>,
 ) -> Result<PlannedObject> {
     if planned.action == Action::Unchanged {
         return Ok(planned);
@@ -576,18 +580,17 @@ async fn dry_run(
     match result {
         Ok(result) => {
             if matches!(planned.action, Action::Update | Action::Adopt) {
-                let live = match full_live {
-                    Some(v) => Some(v.clone()),
-                    None => api
-                        .get_opt(&d.key.name)
-                        .await
-                        .map_err(|source| EngineError::Object {
-                            action: "reading",
-                            key: d.key.clone(),
-                            source,
-                        })?
-                        .map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
-                };
+                let live =
+                    match full_live {
+                        Some(v) => Some(v.clone()),
+                        None => read_live(&api, &d.key.name, listed_version).await.map_err(
+                            |source| EngineError::Object {
+                                action: "reading",
+                                key: d.key.clone(),
+                                source,
+                            },
+                        )?,
+                    };
                 let result = serde_json::to_value(result).unwrap_or(Value::Null);
                 if let Some(live) = live {
                     planned.changes = diff(
@@ -611,12 +614,10 @@ async fn dry_run(
             // Name the fields: the server's paths, refined against the live object.
             let live = match full_live {
                 Some(v) => Some(v.clone()),
-                None => api
-                    .get_opt(&d.key.name)
+                None => read_live(&api, &d.key.name, listed_version)
                     .await
                     .ok()
-                    .flatten()
-                    .and_then(|o| serde_json::to_value(o).ok()),
+                    .flatten(),
             };
             let (fields, reasons) =
                 crate::migrations::immutable_fields(&status, &d.manifest, live.as_ref());
@@ -637,6 +638,25 @@ async fn dry_run(
             key: d.key.clone(),
             source,
         }),
+    }
+}
+
+/// The live object to compare a dry-run's result with. Read at least as new
+/// as the plan's LIST saw it (`listed_version`), which the apiserver serves
+/// from its watch cache rather than with a read from etcd.
+async fn read_live(
+    api: &Api<DynamicObject>,
+    name: &str,
+    listed_version: Option<&str>,
+) -> kube::Result<Option<Value>> {
+    let params = match listed_version {
+        Some(version) => kube::api::GetParams::at(version),
+        _ => kube::api::GetParams::default(),
+    };
+    match api.get_with(name, &params).await {
+        Ok(object) => Ok(Some(serde_json::to_value(object).unwrap_or(Value::Null))),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -52,6 +52,17 @@ async fn create_update_unchanged_delete_with_field_diff_and_no_writes() {
     let plan = kit.plan(&second, &prune()).await;
     let writes = kit.writes(mark);
     assert!(writes.is_empty(), "plan wrote:\n{}", describe(&writes));
+    // The live object the diff starts from is read at the version the LIST
+    // saw (from the apiserver's cache), not with a read from etcd.
+    let reads: Vec<_> = kit
+        .requests(mark)
+        .into_iter()
+        .filter(|r| r.verb == "get" && r.name.as_deref() == Some("changed"))
+        .collect();
+    assert!(
+        !reads.is_empty() && reads.iter().all(|r| r.uri.contains("resourceVersion=")),
+        "{reads:#?}"
+    );
 
     let changed = find(&plan, "ConfigMap", "changed");
     assert_eq!(changed.action, Action::Update);

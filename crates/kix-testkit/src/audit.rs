@@ -15,6 +15,8 @@ pub struct Request {
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub dry_run: bool,
+    /// The path and query the client sent.
+    pub uri: String,
 }
 
 impl Request {
@@ -66,6 +68,7 @@ pub fn since(mark: Mark) -> Result<Vec<Request>> {
             namespace: text(&event["objectRef"]["namespace"]),
             name: text(&event["objectRef"]["name"]),
             dry_run: uri.contains("dryRun=All"),
+            uri: uri.to_string(),
         });
     }
     Ok(requests)
