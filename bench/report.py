@@ -242,11 +242,24 @@ def targets(res):
     kc = res.median(big, "kubectl", "change")
     hc = res.median(big, "helm", "change")
     if ch:
-        ratios = [(n, v / ch) for n, v in (("kubectl", kc), ("Helm", hc)) if v]
-        ok = all(r >= 5 for _, r in ratios) if ratios else None
-        meas = f"kix {fmt_s(ch)}; " + ", ".join(f"{n} {r:.1f}× slower" for n, r in ratios)
+        # kix's time includes the rollout of the changed Deployments; the
+        # peers' command times do not. The same work is "until available".
+        ch_ready = res.median(big, "kix", "change_ready") or ch
+        bare = [(n, v / ch) for n, v in (("kubectl", kc), ("Helm", hc)) if v]
+        fair = [(n, v / ch_ready) for n, v in (("kubectl", res.median(big, "kubectl", "change_ready")),
+                                               ("Helm", res.median(big, "helm", "change_ready"))) if v]
+        ok_bare = all(r >= 5 for _, r in bare) if bare else None
+        ok_fair = all(r >= 5 for _, r in fair) if fair else None
+        ok = ok_fair if ok_fair is not None else ok_bare
+        meas = f"kix {fmt_s(ch)}; " + ", ".join(f"{n} {r:.1f}× slower" for n, r in bare)
+        if fair:
+            meas += ("; until the Deployments are available: kix " + fmt_s(ch_ready) + ", "
+                     + ", ".join(f"{n} {r:.1f}× slower" for n, r in fair))
+        if ok_fair is not None and ok_bare is not None and ok_fair != ok_bare:
+            meas += " (" + ("met" if ok_fair else "not met") + " against the same work; " + \
+                ("met" if ok_bare else "not met") + " against the peers' command times, which do not wait)"
         row("10 % changed ≥5× faster than kubectl and Helm", ok, meas,
-            "" if ok else "see *Profile*")
+            "" if ok and ok_fair == ok_bare else "see *Profile*")
     pl = res.median(big, "kix", "plan")
     if pl:
         ok = pl < 2.0
