@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use futures::stream::{self, BoxStream, StreamExt};
 use kube::Client;
-use kube::api::{Api, DynamicObject, Resource};
+use kube::api::{Api, DynamicObject, ListParams, Resource};
 use kube::discovery::ApiResource;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -37,6 +37,11 @@ pub const NOT_FOUND: &str = "not found";
 /// How often Pods that are not ready are looked at again (their health
 /// depends on the time, not only on their content).
 const RECHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// How often the groups still waited for are listed again. Watches deliver
+/// the changes; this is the safety net for a watch that stays open but
+/// silent, as one can after etcd restarts under the apiserver.
+const RELIST_EVERY: Duration = Duration::from_secs(15);
 
 /// One object to wait for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -183,31 +188,35 @@ pub async fn wait_healthy(
     let deadline = tokio::time::Instant::now() + options.timeout;
     let mut waiter = Waiter::new(targets, options.events);
 
-    let streams: Vec<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>> = waiter
-        .groups
-        .iter()
-        .enumerate()
-        .map(|(index, group)| {
-            let api: Api<DynamicObject> = match &group.namespace {
-                Some(ns) => Api::namespaced_with(client.clone(), ns, &group.resource),
-                None => Api::all_with(client.clone(), &group.resource),
-            };
-            let mut config = watcher::Config::default();
-            if let [only] = group.targets.as_slice() {
-                config = config.fields(&format!(
-                    "metadata.name={}",
-                    waiter.targets[*only].target.name
-                ));
-            }
+    let mut lists: Vec<(Api<DynamicObject>, ListParams)> = Vec::with_capacity(waiter.groups.len());
+    let mut streams: Vec<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>> =
+        Vec::with_capacity(waiter.groups.len());
+    for (index, group) in waiter.groups.iter().enumerate() {
+        let api: Api<DynamicObject> = match &group.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &group.resource),
+            None => Api::all_with(client.clone(), &group.resource),
+        };
+        let mut config = watcher::Config::default();
+        let mut params = ListParams::default();
+        if let [only] = group.targets.as_slice() {
+            let selector = format!("metadata.name={}", waiter.targets[*only].target.name);
+            config = config.fields(&selector);
+            params = params.fields(&selector);
+        }
+        lists.push((api.clone(), params));
+        streams.push(
             watcher::watcher(api, config)
                 .default_backoff()
                 .map(move |event| (index, event))
-                .boxed()
-        })
-        .collect();
+                .boxed(),
+        );
+    }
     let mut events = stream::select_all(streams);
     let mut recheck = tokio::time::interval(RECHECK_EVERY);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut relist =
+        tokio::time::interval_at(tokio::time::Instant::now() + RELIST_EVERY, RELIST_EVERY);
+    relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let mut timed_out = false;
     loop {
@@ -233,6 +242,15 @@ pub async fn wait_healthy(
                 }
             },
             _ = recheck.tick(), if waiter.has_pods => waiter.recheck_pods(),
+            _ = relist.tick() => {
+                for group in waiter.waiting_groups() {
+                    let (api, params) = &lists[group];
+                    match api.list(params).await {
+                        Ok(list) => waiter.on_list(group, list.items),
+                        Err(error) => tracing::debug!(%error, "relisting failed"),
+                    }
+                }
+            }
         }
     }
     Ok(waiter.report(timed_out))
@@ -351,6 +369,27 @@ impl Waiter {
                 }
             }
         }
+    }
+
+    /// The groups with a target that is not Ready yet.
+    fn waiting_groups(&self) -> Vec<usize> {
+        (0..self.groups.len())
+            .filter(|&group| {
+                self.groups[group]
+                    .targets
+                    .iter()
+                    .any(|&index| !self.targets[index].health.is_ready())
+            })
+            .collect()
+    }
+
+    /// A fresh LIST of a group, taken in as a watch's re-list would be.
+    fn on_list(&mut self, group: usize, objects: Vec<DynamicObject>) {
+        self.on_event(group, Event::Init);
+        for object in objects {
+            self.on_event(group, Event::InitApply(object));
+        }
+        self.on_event(group, Event::InitDone);
     }
 
     fn on_error(&mut self, group: usize, error: watcher::Error) -> Result<(), WaitError> {
@@ -546,6 +585,22 @@ mod tests {
                 ("y".to_owned(), false)
             ]
         );
+    }
+
+    #[test]
+    fn a_fresh_list_settles_what_a_silent_watch_did_not() {
+        let t = |ns: &str, name: &str| WaitTarget::new(config_map(), Some(ns.to_owned()), name);
+        let mut waiter = Waiter::new(vec![t("ns", "x"), t("other", "y")], None);
+        // Nothing heard from either watch: both groups are still waited for.
+        assert_eq!(waiter.waiting_groups(), vec![0, 1]);
+        // The safety-net LIST of the first group finds its object.
+        waiter.on_list(0, vec![object("x")]);
+        assert_eq!(waiter.ready, 1);
+        assert_eq!(waiter.waiting_groups(), vec![1]);
+        // A LIST without the object: gone, waited for again.
+        waiter.on_list(0, vec![]);
+        assert_eq!(waiter.ready, 0);
+        assert_eq!(waiter.waiting_groups(), vec![0, 1]);
     }
 
     #[test]
