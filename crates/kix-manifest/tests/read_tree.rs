@@ -343,3 +343,111 @@ fn package_directories_may_be_symlinks() {
         Some(PathBuf::from("packages/app/resources/cm.yaml"))
     );
 }
+
+/// A tree of many resource files over three packages (`a` and `b` in
+/// namespace `shared`): more files than the reader's threads parse ahead of
+/// its checks (16 per thread), also across packages. `a` has 150 files of two
+/// ConfigMaps each (`cm-0` to `cm-299`); `b` has 150 files of one each
+/// (`cm-1000` on); `c` has none.
+fn many_files() -> Store {
+    let store = Store::new();
+    store.write(
+        "kix.json",
+        r#"{"format":1,"cluster":"test","packages":["a","b","c"]}"#,
+    );
+    for package in ["a", "b", "c"] {
+        store.write(
+            &format!("packages/{package}/package.json"),
+            &format!(r#"{{"name":"{package}","version":"1","namespace":"shared"}}"#),
+        );
+    }
+    for i in 0..150 {
+        store.write(
+            &format!("packages/a/resources/{i:03}.yaml"),
+            &config_maps([2 * i, 2 * i + 1]),
+        );
+        store.write(
+            &format!("packages/b/resources/{i:03}.yaml"),
+            &config_maps([1000 + i]),
+        );
+    }
+    store
+}
+
+#[test]
+fn first_error_in_file_order_across_many_files() {
+    let store = many_files();
+    // Three errors, in file order: a duplicate of a/075.yaml's second object
+    // in b/100.yaml, a YAML syntax error in the file after it, and a
+    // package.json `c` that does not parse.
+    store.write("packages/b/resources/100.yaml", &config_maps([151]));
+    store.write("packages/b/resources/101.yaml", "a: [unclosed\n");
+    store.write("packages/c/package.json", "{");
+    let expected = [
+        "duplicate object ConfigMap shared/cm-151: in packages/a/resources/075.yaml (document 2) and in packages/b/resources/100.yaml (document 1)",
+        "packages/b/resources/101.yaml: unclosed bracket '[' at line 1, column 4",
+        "packages/c/package.json: EOF while parsing an object at line 1 column 1",
+    ];
+    // The first is reported; once it is fixed, the next one.
+    assert_eq!(
+        store.read().map_err(|e| e.to_string()).err().as_deref(),
+        Some(expected[0])
+    );
+    store.write("packages/b/resources/100.yaml", &config_maps([1100]));
+    assert_eq!(
+        store.read().map_err(|e| e.to_string()).err().as_deref(),
+        Some(expected[1])
+    );
+    store.write("packages/b/resources/101.yaml", &config_maps([1101]));
+    assert_eq!(
+        store.read().map_err(|e| e.to_string()).err().as_deref(),
+        Some(expected[2])
+    );
+    store.write("packages/c/package.json", r#"{"name":"c","version":"1"}"#);
+    assert_eq!(store.read().map(|b| b.object_count()), Ok(450));
+}
+
+#[test]
+fn too_many_objects_across_many_files() {
+    let store = many_files();
+    // A syntax error after the file where the limit is crossed is not reached.
+    store.write("packages/b/resources/000.yaml", "a: [unclosed\n");
+    let options = ReadOptions {
+        max_objects: 250,
+        ..store.options()
+    };
+    let err = read_tree(&store.build(), &options).expect_err("too many");
+    assert_eq!(
+        err.to_string(),
+        "packages/a/resources/125.yaml: the build has more than 250 objects"
+    );
+}
+
+#[test]
+fn many_files_keep_their_order() {
+    let store = many_files();
+    let build = store.read().expect("reads");
+    assert_eq!(build.object_count(), 450);
+    // Each package's objects in key order (all are ConfigMaps of one
+    // namespace), each from its own file.
+    for package in &build.packages {
+        let keys: Vec<_> = package.objects.iter().map(|o| &o.key).collect();
+        assert!(keys.is_sorted(), "{}", package.name);
+        for object in &package.objects {
+            let n: usize = object.key.name["cm-".len()..].parse().expect("cm-<n>");
+            let file = match package.name.as_str() {
+                "a" => n / 2,
+                _ => n - 1000,
+            };
+            assert_eq!(
+                object.source,
+                PathBuf::from(format!(
+                    "packages/{}/resources/{file:03}.yaml",
+                    package.name
+                ))
+            );
+        }
+    }
+    // The same build every time.
+    assert_eq!(store.read(), Ok(build));
+}
