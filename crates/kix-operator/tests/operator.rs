@@ -121,41 +121,36 @@ fn kix_bin() -> PathBuf {
     bin
 }
 
-fn kix(args: &[&str]) -> Output {
-    Command::new(kix_bin())
+/// `kix <args>` against the test control plane, no terminal.
+fn kix_command(args: &[&str]) -> Command {
+    let mut command = Command::new(kix_bin());
+    command
         .args(args)
         .env("KUBECONFIG", kix_testkit::kubeconfig_path())
         .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run kix")
+        .stdin(Stdio::null());
+    command
+}
+
+fn kix(args: &[&str]) -> Output {
+    kix_command(args).output().expect("run kix")
 }
 
 /// `kix deploy <cluster> --path <root> --operator --yes`.
-fn deploy_operator(cluster: &str, root: &Path) -> Output {
-    kix(&[
-        "deploy",
-        cluster,
-        "--path",
-        root.to_str().expect("utf8"),
-        "--operator",
-        "--yes",
-    ])
+fn operator_deploy_command(cluster: &str, root: &Path) -> Command {
+    let root = root.to_str().expect("utf8");
+    kix_command(&["deploy", cluster, "--path", root, "--operator", "--yes"])
 }
 
-/// `kix deploy <cluster> --path <root> --operator --yes` in the background.
+fn deploy_operator(cluster: &str, root: &Path) -> Output {
+    operator_deploy_command(cluster, root)
+        .output()
+        .expect("run kix deploy")
+}
+
+/// The same deploy in the background.
 fn spawn_operator_deploy(cluster: &str, root: &Path) -> Child {
-    Command::new(kix_bin())
-        .args([
-            "deploy",
-            cluster,
-            "--path",
-            root.to_str().expect("utf8"),
-            "--operator",
-            "--yes",
-        ])
-        .env("KUBECONFIG", kix_testkit::kubeconfig_path())
-        .stdin(Stdio::null())
+    operator_deploy_command(cluster, root)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
