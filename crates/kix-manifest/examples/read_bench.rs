@@ -31,17 +31,30 @@ fn main() {
         Some(p) => p.parse().expect("YAML_PERCENT must be 0 to 100"),
         None => 50,
     };
-    let store = tempfile::tempdir().expect("tempdir");
-    let store_dir = store.path().canonicalize().expect("canonical tempdir");
-    let root = store_dir.join("build");
+    // READ_BENCH_DIR keeps the generated tree there and reuses it on the
+    // next run (for profiling the read alone: generating takes seconds).
+    let kept_dir = std::env::var_os("READ_BENCH_DIR").map(std::path::PathBuf::from);
+    let temp = tempfile::tempdir().expect("tempdir");
+    let store_dir = match &kept_dir {
+        Some(dir) => {
+            fs::create_dir_all(dir).expect("READ_BENCH_DIR");
+            dir.canonicalize().expect("canonical READ_BENCH_DIR")
+        }
+        None => temp.path().canonicalize().expect("canonical tempdir"),
+    };
+    let root = store_dir.join(format!("build-{total}-{yaml_percent}"));
 
-    let started = Instant::now();
-    let bytes = generate(&root, total, yaml_percent);
-    println!(
-        "generated {total} objects ({yaml_percent}% in YAML) in {PACKAGES} packages ({:.1} MB of files) in {:.0?}",
-        bytes as f64 / 1e6,
-        started.elapsed()
-    );
+    if root.exists() && kept_dir.is_some() {
+        println!("reusing {}", root.display());
+    } else {
+        let started = Instant::now();
+        let bytes = generate(&root, total, yaml_percent);
+        println!(
+            "generated {total} objects ({yaml_percent}% in YAML) in {PACKAGES} packages ({:.1} MB of files) in {:.0?}",
+            bytes as f64 / 1e6,
+            started.elapsed()
+        );
+    }
     println!("RSS before reading: {}", rss_line("VmRSS"));
 
     let options = ReadOptions {

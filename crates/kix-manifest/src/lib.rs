@@ -11,6 +11,8 @@
 //!   [`compare_versions`]: the building blocks the engine shares.
 
 mod error;
+#[doc(hidden)]
+pub mod fast_yaml;
 mod kinds;
 mod migration;
 mod object;

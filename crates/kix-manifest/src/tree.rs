@@ -52,6 +52,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::TreeError;
+use crate::fast_yaml;
 use crate::kinds::{is_well_known_cluster_scoped, kind_rank};
 use crate::migration::{ActionKind, Migration};
 use crate::object::{Object, ObjectKey, ObjectKeyError, group_of};
@@ -664,17 +665,19 @@ impl Reader<'_> {
             message,
         };
         let is_json = file.extension().is_some_and(|e| e == "json");
-        let documents: Vec<CompactValue> = if is_json {
+        let documents: Vec<Value> = if is_json {
             let mut de = serde_json::Deserializer::from_slice(&bytes);
-            let value = CompactValue::deserialize(&mut de)
+            let CompactValue(value) = CompactValue::deserialize(&mut de)
                 .and_then(|value| de.end().map(|()| value))
                 .map_err(|e| unparsable(e.to_string()))?;
             vec![value]
         } else {
             let text =
                 std::str::from_utf8(&bytes).map_err(|e| unparsable(format!("not UTF-8: {e}")))?;
-            serde_saphyr::from_multiple_with_options(text, yaml_options())
-                .map_err(|e| unparsable(yaml_message(&e)))?
+            match fast_yaml::parse(text) {
+                Some(documents) => documents,
+                None => parse_yaml_full(text).map_err(|e| unparsable(yaml_message(&e)))?,
+            }
         };
         // Line numbers only matter in error messages, and tracking them
         // slows YAML parsing down by a third: find them when needed.
@@ -687,7 +690,7 @@ impl Reader<'_> {
         };
 
         let mut flat = Vec::new();
-        for (index, CompactValue(value)) in documents.into_iter().enumerate() {
+        for (index, value) in documents.into_iter().enumerate() {
             let document = index + 1;
             let invalid = |items: Vec<usize>, error: ObjectKeyError| TreeError::InvalidObject {
                 file: file.to_path_buf(),
@@ -774,6 +777,10 @@ enum MakeError {
     TooLarge(ObjectKey),
 }
 
+/// Comment lines in a row that a YAML file may have (serde-saphyr buffers
+/// them); `fast_yaml` leaves longer runs to serde-saphyr's error.
+pub(crate) const MAX_BUFFERED_COMMENTS: usize = 100_000;
+
 /// YAML options: what kubectl's YAML reader accepts.
 fn yaml_options() -> serde_saphyr::Options {
     // Files are already limited in size; the budget only guards against
@@ -783,6 +790,9 @@ fn yaml_options() -> serde_saphyr::Options {
         max_documents: 100_000,
         max_nodes: 20_000_000,
         max_events: 40_000_000,
+        // Comments seen while looking ahead past `key:` (default 32, which
+        // rejects valid files with long comment blocks).
+        max_buffered_comment_events: MAX_BUFFERED_COMMENTS,
     };
     serde_saphyr::options! {
         budget: budget,
@@ -791,6 +801,17 @@ fn yaml_options() -> serde_saphyr::Options {
         // `mode: 0644` means 420, as in YAML 1.1 / sigs.k8s.io/yaml.
         legacy_octal_numbers: true,
     }
+}
+
+/// A YAML file's documents, read by serde-saphyr: what the fast path
+/// (`fast_yaml`) leaves to it, and every error.
+pub(crate) fn parse_yaml_full(text: &str) -> Result<Vec<Value>, serde_saphyr::Error> {
+    let documents: Vec<CompactValue> =
+        serde_saphyr::from_multiple_with_options(text, yaml_options())?;
+    Ok(documents
+        .into_iter()
+        .map(|CompactValue(value)| value)
+        .collect())
 }
 
 /// The line where the `document`th (1-based, counting non-empty documents)
