@@ -565,9 +565,20 @@ async fn dry_run(
         params.force = true;
     }
     let manifest = applied_manifest(d, &planned.activations);
-    let mut result = api
-        .patch(&d.key.name, &params, &Patch::Apply(&manifest))
-        .await;
+    // The live object the diff (or an immutable-field error) is read
+    // against: fetched beside the dry-run rather than after it, so each
+    // change costs one round trip, not two.
+    let reads_live =
+        matches!(planned.action, Action::Update | Action::Adopt) && full_live.is_none();
+    let live_read = async {
+        match full_live {
+            Some(v) => Ok(Some(v.clone())),
+            None if reads_live => read_live(&api, &d.key.name, listed_version).await,
+            None => Ok(None),
+        }
+    };
+    let patch = Patch::Apply(&manifest);
+    let (mut result, live_read) = tokio::join!(api.patch(&d.key.name, &params, &patch), live_read);
     if let Err(kube::Error::Api(status)) = &result
         && !params.force
         && conflicts_only_on_kix_annotations(status)
@@ -580,17 +591,11 @@ async fn dry_run(
     match result {
         Ok(result) => {
             if matches!(planned.action, Action::Update | Action::Adopt) {
-                let live =
-                    match full_live {
-                        Some(v) => Some(v.clone()),
-                        None => read_live(&api, &d.key.name, listed_version).await.map_err(
-                            |source| EngineError::Object {
-                                action: "reading",
-                                key: d.key.clone(),
-                                source,
-                            },
-                        )?,
-                    };
+                let live = live_read.map_err(|source| EngineError::Object {
+                    action: "reading",
+                    key: d.key.clone(),
+                    source,
+                })?;
                 let result = serde_json::to_value(result).unwrap_or(Value::Null);
                 if let Some(live) = live {
                     planned.changes = diff(
@@ -612,13 +617,7 @@ async fn dry_run(
         }
         Err(kube::Error::Api(status)) if crate::migrations::is_immutable(&status) => {
             // Name the fields: the server's paths, refined against the live object.
-            let live = match full_live {
-                Some(v) => Some(v.clone()),
-                None => read_live(&api, &d.key.name, listed_version)
-                    .await
-                    .ok()
-                    .flatten(),
-            };
+            let live = live_read.ok().flatten();
             let (fields, reasons) =
                 crate::migrations::immutable_fields(&status, &d.manifest, live.as_ref());
             planned.action = Action::Replace;
