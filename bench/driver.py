@@ -70,6 +70,7 @@ class Bench:
         tfile = os.path.join(self.logdir, "time.txt")
         logf = os.path.join(self.logdir, f"{label}.log")
         audit0 = self.audit_offset()
+        busy0, cp0 = machine_busy_seconds(), self.control_plane_cpu()
         with open(logf, "w") as out:
             out.write("$ " + " ".join(cmd) + "\n")
             out.flush()
@@ -81,12 +82,38 @@ class Bench:
             tv = f.read()
         m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", tv)
         rss = int(m.group(1)) / 1024 if m else None
+        # CPU seconds during the step: the tool's, the control plane's, and
+        # everything else's (other people's work on a shared machine shows
+        # here, and slows the step down).
+        tool_cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", tv))
+        busy = machine_busy_seconds() - busy0
+        cp = self.control_plane_cpu() - cp0
+        cpu = {"tool": round(tool_cpu, 2), "control_plane": round(cp, 2),
+               "others": round(max(busy - cp - tool_cpu, 0.0), 2)}
         with open(logf) as f:
             output = f.read()
         if rc not in ok:
             raise RuntimeError(f"{label}: exit {rc}; see {logf}:\n{output[-3000:]}")
-        return {"wall": round(wall, 3), "rss_mb": round(rss, 1) if rss else None,
+        return {"wall": round(wall, 3), "rss_mb": round(rss, 1) if rss else None, "cpu": cpu,
                 "t0": t0, "output": output, "audit": [audit0, self.audit_offset()]}
+
+    def control_plane_cpu(self):
+        """CPU seconds the control plane's processes have used so far (their
+        pids are in the control plane's directory, beside the audit log)."""
+        if not self.a.audit:
+            return 0.0
+        pids = os.path.join(os.path.dirname(self.a.audit), "pids")
+        total = 0
+        for name in os.listdir(pids) if os.path.isdir(pids) else []:
+            try:
+                with open(os.path.join(pids, name)) as f:
+                    pid = f.read().strip()
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+            except (OSError, ValueError, IndexError):
+                pass
+        return total / os.sysconf("SC_CLK_TCK")
 
     def audit_offset(self):
         """Where the control plane's audit log ends now (bench/audit.py profiles a step)."""
@@ -241,7 +268,7 @@ class Bench:
                     self.quiet()
                 else:
                     r["ready"] = self.settle(tool, r["t0"])
-            rec["steps"][step] = {k: v for k, v in r.items() if k in ("wall", "rss_mb", "ready", "audit")}
+            rec["steps"][step] = {k: v for k, v in r.items() if k in ("wall", "rss_mb", "cpu", "ready", "audit")}
             log(f"{label} {step}: {r['wall']:.2f}s"
                 + (f" (ready {r['ready']:.2f}s)" if "ready" in r else "")
                 + (f", {r['rss_mb']:.0f} MB" if r["rss_mb"] else ""))
@@ -286,6 +313,14 @@ class Bench:
                     limit = a.runs if tool in ("kix", "ssa") else a.peer_runs
                     if run <= limit:
                         self.run_tool(tool, d, size, run)
+
+
+def machine_busy_seconds():
+    """CPU seconds all cores have spent not idle since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def applyset_id(name, namespace, kind, group):

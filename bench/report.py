@@ -277,15 +277,17 @@ def targets(res):
 
 def runs_table(res):
     lines = ["| objects | tool | run | " + " | ".join(s for s, _ in ROWS if not s.endswith("_ready"))
-             + " | ready after first | peak RSS |",
-             "|---:|---|---:|" + "---:|" * (len([s for s, _ in ROWS if not s.endswith("_ready")]) + 2)]
+             + " | ready after first | peak RSS | others' CPU |",
+             "|---:|---|---:|" + "---:|" * (len([s for s, _ in ROWS if not s.endswith("_ready")]) + 3)]
     for r in sorted(res.runs, key=lambda r: (r["size"], TOOLS.index(r["tool"]), r["run"])):
         s = r["steps"]
         cells = [fmt_s(s[k]["wall"]) if k in s else "—" for k, _ in ROWS if not k.endswith("_ready")]
         ready = s.get("first_ready", {}).get("wall") or s.get("first", {}).get("ready")
         rss = max([v["rss_mb"] for v in s.values() if v.get("rss_mb")] or [0])
+        others = [v["cpu"]["others"] for v in s.values() if isinstance(v.get("cpu"), dict)]
+        others_cell = f"{sum(others):.1f} s" if others else "—"
         lines.append(f"| {r['size']:,} | {NAMES[r['tool']]} | {r['run']} | " + " | ".join(cells)
-                     + f" | {fmt_s(ready)} | {rss:.0f} MB |")
+                     + f" | {fmt_s(ready)} | {rss:.0f} MB | {others_cell} |")
     return "\n".join(lines)
 
 
@@ -329,6 +331,8 @@ def main():
     md.append(notes)
     md.append("## Every run\n")
     md.append("<details><summary>wall times of each run</summary>\n")
+    md.append("*others' CPU*: CPU seconds that processes other than the tool and the control "
+              "plane used during the run's timed steps (others' work on the shared machine).\n")
     md.append(runs_table(res) + "\n")
     md.append("</details>\n")
     with open(os.path.join(out, "benchmarks.md"), "w") as f:
