@@ -22,7 +22,8 @@ use crate::tree::MAX_BUFFERED_COMMENTS;
 /// Deepest nesting read here; serde-saphyr's limit (128) is higher, so deeper
 /// documents reach it and get its error.
 const MAX_DEPTH: usize = 64;
-/// serde-saphyr's budget for documents in a file (see `yaml_options`).
+/// serde-saphyr's budget for documents in a file (see `yaml_options`);
+/// empty documents count, so the fast path counts markers.
 const MAX_DOCUMENTS: usize = 100_000;
 /// YAML limits implicit keys to 1,024 characters; stay well below.
 const MAX_KEY_LEN: usize = 512;
@@ -40,11 +41,16 @@ pub(crate) fn parse(text: &str) -> Option<Vec<Value>> {
         depth: 0,
     };
     let mut documents = Vec::new();
+    let mut markers = 0;
     // Text before the first `---` is a document too.
     loop {
         match reader.peek() {
             Next::End => break,
             Next::Marker => {
+                markers += 1;
+                if markers >= MAX_DOCUMENTS {
+                    return None;
+                }
                 reader.start_document()?;
                 continue;
             }
@@ -55,9 +61,6 @@ pub(crate) fn parse(text: &str) -> Option<Vec<Value>> {
                 }
                 let indent = line.indent;
                 documents.push(Value::Object(reader.mapping(indent)?));
-                if documents.len() > MAX_DOCUMENTS {
-                    return None;
-                }
                 // A document ends at a marker or at the end of the text.
                 if let Next::Content(_) = reader.peek() {
                     return None;

@@ -189,6 +189,13 @@ fn long_comment_blocks_are_read() {
 }
 
 #[test]
+fn gives_up_at_serde_saphyrs_document_budget() {
+    // Empty documents count towards serde-saphyr's budget of 100,000.
+    gives_up(&format!("{}a: 1\n", "---\n".repeat(100_000)));
+    fast(&format!("{}a: 1\n", "---\n".repeat(1_000)));
+}
+
+#[test]
 fn gives_up_on_what_serde_saphyr_rejects() {
     for text in [
         "a: 1\na: 2\n",
