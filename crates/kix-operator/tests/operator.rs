@@ -20,6 +20,17 @@ struct Operator {
 
 impl Operator {
     fn start(env: &TestEnv, clusters: &[&str], lease: &str, log_dir: &Path) -> Operator {
+        Operator::start_with(env, clusters, lease, log_dir, &[])
+    }
+
+    /// `start` with more arguments for the operator.
+    fn start_with(
+        env: &TestEnv,
+        clusters: &[&str],
+        lease: &str,
+        log_dir: &Path,
+        extra: &[&str],
+    ) -> Operator {
         let metrics = free_port();
         let log = log_dir.join(format!("operator-{metrics}.log"));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kix-operator"));
@@ -41,6 +52,7 @@ impl Operator {
         for c in clusters {
             cmd.args(["--cluster", c]);
         }
+        cmd.args(extra);
         Operator {
             child: cmd.spawn().expect("start kix-operator"),
             metrics,
@@ -149,12 +161,36 @@ fn deploy_operator(cluster: &str, root: &Path) -> Output {
 }
 
 /// The same deploy in the background.
-fn spawn_operator_deploy(cluster: &str, root: &Path) -> Child {
-    operator_deploy_command(cluster, root)
+/// A `kix deploy --operator` started in the background; killed when
+/// dropped before it was waited for (a failed assertion must not leave it
+/// polling for ten minutes).
+struct BackgroundDeploy(Option<Child>);
+
+impl BackgroundDeploy {
+    fn wait_with_output(mut self) -> std::io::Result<Output> {
+        self.0
+            .take()
+            .expect("not waited for yet")
+            .wait_with_output()
+    }
+}
+
+impl Drop for BackgroundDeploy {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn spawn_operator_deploy(cluster: &str, root: &Path) -> BackgroundDeploy {
+    let child = operator_deploy_command(cluster, root)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn kix deploy")
+        .expect("spawn kix deploy");
+    BackgroundDeploy(Some(child))
 }
 
 fn text(out: &Output) -> String {
@@ -542,29 +578,19 @@ async fn an_operator_killed_mid_apply_converges_after_restart() {
 async fn least_privilege_allow_list_refuses_other_namespaces_and_kinds() {
     let env = TestEnv::new("op-allow").await.expect("env");
     let dir = tempfile::tempdir().expect("tmp");
-    let metrics = free_port();
-    let log = dir.path().join("op.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kix-operator"))
-        .arg("--kubeconfig")
-        .arg(kix_testkit::kubeconfig_path())
-        .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
-        .args([
-            "--leader-lease",
-            &kix_testkit::unique_name("lease"),
-            "--lease-namespace",
-            &env.namespace,
-        ])
-        .args([
-            "--cluster",
-            &env.cluster,
+    // Killed when dropped, also when an assertion below fails.
+    let _op = Operator::start_with(
+        &env,
+        &[&env.cluster],
+        &kix_testkit::unique_name("lease"),
+        dir.path(),
+        &[
             "--allow-namespace",
             &env.namespace,
             "--allow-kind",
             "ConfigMap",
-        ])
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("operator");
+        ],
+    );
     let records: Api<Activation> = Api::all(env.client.clone());
     // Allowed: a ConfigMap in the allowed namespace.
     let ok = tree(
@@ -598,8 +624,6 @@ async fn least_privilege_allow_list_refuses_other_namespaces_and_kinds() {
         cms.get_opt("elsewhere").await.expect("get").is_none(),
         "nothing outside the allow-list is applied"
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 fn kix_env(args: &[&str], env: &[(&str, &str)]) -> Output {
