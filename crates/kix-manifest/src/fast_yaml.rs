@@ -285,9 +285,9 @@ impl<'a> Reader<'a> {
             }
         }
         self.depth -= 1;
-        let mut array = Vec::with_capacity(items.len());
-        array.extend(items);
-        Some(Value::Array(array))
+        // Exact-size, like `value::CompactValue`: a build keeps every value.
+        items.shrink_to_fit();
+        Some(Value::Array(items))
     }
 
     /// A `|` or `|-` literal block scalar; the current line is the header's
