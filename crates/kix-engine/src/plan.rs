@@ -568,13 +568,11 @@ async fn dry_run(
     // The live object the diff (or an immutable-field error) is read
     // against: fetched beside the dry-run rather than after it, so each
     // change costs one round trip, not two.
-    let reads_live =
-        matches!(planned.action, Action::Update | Action::Adopt) && full_live.is_none();
     let live_read = async {
         match full_live {
+            _ if !matches!(planned.action, Action::Update | Action::Adopt) => Ok(None),
             Some(v) => Ok(Some(v.clone())),
-            None if reads_live => read_live(&api, &d.key.name, listed_version).await,
-            None => Ok(None),
+            None => read_live(&api, &d.key.name, listed_version).await,
         }
     };
     let patch = Patch::Apply(&manifest);
