@@ -21,6 +21,7 @@ pub mod live;
 pub mod migrations;
 pub mod packages;
 pub mod plan;
+pub mod prune;
 pub mod records;
 pub mod resources;
 pub mod retire;
