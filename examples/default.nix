@@ -5,10 +5,13 @@
 #   kix deploy apps  --file examples/default.nix --yes
 #   kix deploy apps  --file examples/default.nix -A next.apps --yes --accept-migrations
 #
-# `pkgs` only needs `runCommand`: nixpkgs for users (see flake.nix here),
-# the host-tools builder of the library tests when there is no nixpkgs.
+# `pkgs` is nixpkgs (`<nixpkgs>` unless given; the library uses only
+# `pkgs.runCommand`). The offline tests and checks/demo, which have no
+# nixpkgs, pass the host-tools builder instead:
+#   --arg pkgs 'import ./nix/tests/host-tools.nix { }'   (nix-build)
+#   NIX_PATH=nixpkgs=$PWD/nix/tests/host-tools.nix       (kix --file)
 {
-  pkgs ? import ../nix/tests/host-tools.nix { },
+  pkgs ? import <nixpkgs> { },
   kix ? import ../nix { },
 }:
 let

@@ -9,6 +9,14 @@ fn repo() -> PathBuf {
     kix_testkit::repo_root()
 }
 
+/// `NIX_PATH` entry that makes `<nixpkgs>` the host-tools builder.
+fn host_tools_nixpkgs() -> String {
+    format!(
+        "nixpkgs={}",
+        repo().join("nix/tests/host-tools.nix").display()
+    )
+}
+
 /// The `$ kix ...` lines of the ```console blocks of a markdown file.
 fn kix_commands(markdown: &str) -> Vec<Vec<String>> {
     let mut commands = Vec::new();
@@ -41,6 +49,9 @@ fn getting_started_commands_run() {
             .current_dir(repo())
             .env("KUBECONFIG", kix_testkit::kubeconfig_path())
             .env("KIX_OFFLINE", "1")
+            // The examples take `<nixpkgs>`; offline, with no nixpkgs here,
+            // it is the host-tools builder of the library tests.
+            .env("NIX_PATH", host_tools_nixpkgs())
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .output()
