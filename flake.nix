@@ -164,25 +164,26 @@
         inherit (mkPackages final) kix kix-operator;
       };
 
-      # The module, with the package defaulting to this flake's build (or, on
-      # a system this flake does not build for, a build with the host's
-      # nixpkgs). Non-flake users import ./nixos-modules/kix-operator.nix and
-      # set services.kix-operator.package (or apply overlays.default).
+      # The module, with the packages (operator, and the kix CLI of the
+      # bootstrap) defaulting to this flake's build (or, on a system this
+      # flake does not build for, a build with the host's nixpkgs). Non-flake
+      # users import ./nixos-modules/kix-operator.nix and set
+      # services.kix-operator.package and bootstrap.package (or apply
+      # overlays.default).
       nixosModules.kix-operator =
         { lib, pkgs, ... }:
         let
           system = pkgs.stdenv.hostPlatform.system;
+          build = if self.packages ? ${system} then self.packages.${system} else mkPackages pkgs;
         in
         {
           key = "kix#nixosModules.kix-operator";
           _file = "${toString ./flake.nix}#nixosModules.kix-operator";
           imports = [ ./nixos-modules/kix-operator.nix ];
-          services.kix-operator.package = lib.mkDefault (
-            if self.packages ? ${system} then
-              self.packages.${system}.kix-operator
-            else
-              (mkPackages pkgs).kix-operator
-          );
+          services.kix-operator = {
+            package = lib.mkDefault build.kix-operator;
+            bootstrap.package = lib.mkDefault build.kix;
+          };
         };
       nixosModules.default = self.nixosModules.kix-operator;
 

@@ -1,15 +1,18 @@
-# The bootstrap unit's script and RBAC manifest for a given kubeconfig, from
-# the stand-in evaluation of the module, for checks/nix/bootstrap-test (which
-# runs them against a real API server).
+# The bootstrap unit's environment and Kix cluster for a given kubeconfig,
+# from the evaluation of the module (real lib, stand-in packages), for
+# checks/nix/bootstrap-test, which runs nixos-modules/kix-operator-bootstrap.sh
+# with them against a real API server.
 #
-#   nix eval --raw -f checks/nix/bootstrap.nix script --argstr kubeconfig K --argstr variant default
+#   nix build -f checks/nix/bootstrap.nix tree --argstr kubeconfig K --argstr variant default --arg nixpkgsLib L
+#   nix eval --raw -f checks/nix/bootstrap.nix environment ...
 {
   kubeconfig,
   variant ? "default",
-  system ? "x86_64-linux",
+  system ? builtins.currentSystem,
+  nixpkgsLib,
 }:
 let
-  common = import ./common.nix { inherit system; };
+  common = import ./common.nix { inherit system nixpkgsLib; };
   variants = {
     default = { };
     # apply permissions for ConfigMaps in two namespaces only, plus
@@ -82,8 +85,12 @@ let
       ];
     };
   };
+  # The module with the host tools' runCommand, so its Kix cluster builds
+  # here for real.
+  hostTools = import ../../nix/tests/host-tools.nix { inherit system; };
   config =
     (common.nixos [
+      { _module.args.pkgs = common.lib.mkForce (common.pkgs // { inherit (hostTools) runCommand; }); }
       {
         services.kix-operator = {
           enable = true;
@@ -92,11 +99,13 @@ let
         // variants.${variant};
       }
     ]).config;
-  cfg = config.services.kix-operator;
+  unit = config.systemd.services.kix-operator-bootstrap;
 in
 {
-  script = config.systemd.services.kix-operator-bootstrap.serviceConfig.ExecStart;
-  rbacManifestPath = cfg.rbac.manifestFile.outPath;
-  rbacManifest = cfg.rbac.manifestFile.text;
-  crds = toString cfg.bootstrap.crdsFile;
+  # The Kix cluster kix-operator (ServiceAccount, RBAC).
+  tree = config.services.kix-operator.bootstrap.cluster;
+  # The unit's environment, as lines for bash's `export`.
+  environment = common.lib.concatStrings (
+    common.lib.mapAttrsToList (name: value: "${name}=${common.lib.escapeShellArg value}\n") unit.environment
+  );
 }

@@ -1,23 +1,15 @@
-# Shared by the packaging evaluation checks (checks/nix/eval.nix): the
-# stand-in nixpkgs, kix's flake evaluated against it, and test helpers.
-# Plain Nix, no nixpkgs, no network.
+# Shared by the packaging evaluation checks (checks/nix/eval.nix): nixpkgs'
+# real lib with the stand-in package set (./stand-in/nixpkgs.nix), kix's
+# flake evaluated against them, and test helpers. Plain Nix, no network.
 {
   system ? "x86_64-linux",
+  # nixpkgs' lib/ directory (checks/nix/run: ../shared/nixpkgs-lib/lib).
+  nixpkgsLib,
 }:
 rec {
   inherit system;
-  lib = import ./stand-in/lib.nix;
-
-  nixpkgs = {
-    inherit lib;
-    legacyPackages = lib.genAttrs [ "x86_64-linux" "aarch64-linux" ] (
-      s:
-      import ./stand-in/pkgs.nix {
-        system = s;
-        inherit lib;
-      }
-    );
-  };
+  nixpkgs = import ./stand-in/nixpkgs.nix { inherit nixpkgsLib; };
+  inherit (nixpkgs) lib;
   pkgs = nixpkgs.legacyPackages.${system};
 
   # The flake's outputs function, called as Nix would, with the stand-in in
@@ -28,8 +20,8 @@ rec {
     outPath = toString ../..;
   };
 
-  # A NixOS system (stand-in module system) with kix's module, as the flake
-  # exposes it.
+  # A NixOS system (real module system, ./stand-in/nixos-options.nix) with
+  # kix's module, as the flake exposes it.
   nixos =
     modules:
     lib.nixosSystem {
@@ -37,11 +29,29 @@ rec {
       modules = [ self.nixosModules.default ] ++ modules;
     };
 
+  # What NixOS renders from a configuration of the module: forcing it runs
+  # every type check of the option declarations.
+  rendered = config: {
+    inherit (config)
+      systemd
+      users
+      networking
+      assertions
+      warnings
+      ;
+    inherit (config.virtualisation.oci-containers) containers;
+    inherit (config.system) extraDependencies;
+  };
+
   # Tests are { expected; actual; }.
   eq = expected: actual: { inherit expected actual; };
   ok = actual: eq true actual;
   # `x` fails evaluation with a throw (or a failed assert).
   throws = x: eq false (builtins.tryEval (builtins.deepSeq x x)).success;
-  has = lib.hasInfix;
+  # lib.hasInfix, for strings that name store paths too (Nix 2.8's regex
+  # matching refuses a pattern with string context).
+  has =
+    infix: s:
+    lib.hasInfix (builtins.unsafeDiscardStringContext infix) (builtins.unsafeDiscardStringContext s);
   sorted = builtins.sort builtins.lessThan;
 }

@@ -91,7 +91,7 @@ let
       (expect (c.environment.NIX_REMOTE == "daemon") "NIX_REMOTE=daemon in the container")
       (expect (builtins.elem "--kubeconfig=/var/lib/kix-operator/kubeconfig" c.cmd) "--kubeconfig")
       (expect (lib.all (p: builtins.elem p (strings container.system.extraDependencies)) (
-        strings container.services.kix-operator.imageStorePaths
+        strings container.services.kix-operator.image.storeRoots
       )) "the image's store paths in the system closure")
       (expect (container.systemd.services ? kix-operator-bootstrap) "the bootstrap unit")
       (expect (!(container.systemd.services ? kix-operator)) "no host unit in container mode")
@@ -100,7 +100,7 @@ let
       (expect (!(host.virtualisation.oci-containers.containers ? kix-operator)) "no container in host mode")
       (expect (lib.any (
         o: o.kind == "RoleBinding" && o.metadata.name == "kix-operator-apply" && o.metadata.namespace == "apps"
-      ) host.services.kix-operator.rbac.objects) "apply permissions bound in rbac.namespaces only")
+      ) host.services.kix-operator.bootstrap.cluster.packages.rbac.resources) "apply permissions bound in rbac.namespaces only")
     ];
 in
 {
@@ -148,10 +148,29 @@ in
     nix-instantiate --eval --strict --json nix/tests/eval.nix
   '';
 
-  # The packaging evaluation checks of checks/nix/run (stand-in nixpkgs).
+  # The packaging evaluation checks of checks/nix/run (this nixpkgs' lib,
+  # the stand-in package set).
   nix-packaging = withNix "kix-nix-packaging" ''
-    nix-instantiate --eval --strict --json checks/nix/eval.nix --arg throwOnFailure true
+    nix-instantiate --eval --strict --json checks/nix/eval.nix --arg throwOnFailure true \
+      --arg nixpkgsLib ${pkgs.path}/lib
   '';
+
+  # The examples (examples/default.nix) built with this nixpkgs, in the
+  # sandbox of the build: what `kix deploy infra --file examples/default.nix`
+  # builds on a user's machine.
+  examples =
+    let
+      examples = import ../../examples/default.nix {
+        inherit pkgs;
+        kix = self.lib;
+      };
+    in
+    pkgs.runCommand "kix-examples" { } ''
+      mkdir $out
+      ln -s ${examples.kixClusters.infra} $out/infra
+      ln -s ${examples.kixClusters.apps} $out/apps
+      ln -s ${examples.next.apps} $out/next-apps
+    '';
 
   # lib.mkCluster with nixpkgs' runCommand: the tree has the format-1 layout.
   nix-lib-nixpkgs =

@@ -1,8 +1,10 @@
-# kix's packaging checks that run with plain Nix, without nixpkgs and
-# without network: the flake's outputs, flake.lock, the NixOS module and the
-# VM tests, evaluated against the stand-ins in ./stand-in.
+# kix's packaging checks that run with plain Nix, without the nixpkgs
+# package set and without network: the flake's outputs, flake.lock, the
+# NixOS module and the VM tests, evaluated with nixpkgs' real lib (module
+# system and types) and the stand-ins in ./stand-in.
 #
-#   nix-instantiate --eval --strict --json checks/nix/eval.nix --arg throwOnFailure true
+#   nix-instantiate --eval --strict --json checks/nix/eval.nix \
+#     --arg nixpkgsLib ../shared/nixpkgs-lib/lib --arg throwOnFailure true
 #
 # prints {"failed":[],"passed":N,...} and fails evaluation listing the broken
 # tests; checks/nix/run passes `--arg throwOnFailure false` to count them
@@ -13,9 +15,11 @@
   # Also build the demo cluster with the host-tools builder (needs a local
   # store and sandbox = false, like nix/tests/run; not inside a Nix build).
   withBuilds ? false,
+  # nixpkgs' lib/ directory.
+  nixpkgsLib,
 }:
 let
-  common = import ./common.nix { inherit system; };
+  common = import ./common.nix { inherit system nixpkgsLib; };
   groups = {
     flake = import ./flake-outputs.nix { inherit common; };
     lock = import ./lock.nix { inherit common; };

@@ -109,19 +109,23 @@ in
     inherit (operator.stubArgs) cargoBuildFlags doCheck;
     mainProgram = operator.meta.mainProgram;
   };
+  # lib.fileset keeps Cargo.toml, Cargo.lock, crates/ and deploy/ of the
+  # repository, and nothing else.
   sourceIsFilteredToTheWorkspace = eq {
     root = toString ../..;
-    members = map toString [
-      ../../Cargo.toml
-      ../../Cargo.lock
-      ../../crates
-      ../../deploy
+    kept = [
+      "Cargo.lock"
+      "Cargo.toml"
+      "crates"
+      "deploy"
     ];
   } {
-    root = toString kix.stubArgs.src.root;
-    members = map toString kix.stubArgs.src.fileset.members;
+    root = toString kix.stubArgs.src.origSrc;
+    kept = builtins.filter (
+      name: kix.stubArgs.src.filter (toString ../.. + "/${name}") (builtins.readDir ../..).${name}
+    ) (builtins.attrNames (builtins.readDir ../..));
   };
-  bothBinariesShareTheSource = eq kix.stubArgs.src operator.stubArgs.src;
+  bothBinariesShareTheSource = eq kix.stubArgs.src.outPath operator.stubArgs.src.outPath;
   kixShipsCompletionsAndManPage = ok (
     has "installShellCompletion --cmd kix" kix.stubArgs.postInstall
     && has "kix man > kix.1" kix.stubArgs.postInstall
@@ -198,6 +202,7 @@ in
     "cargo-fmt"
     "cargo-test"
     "crds"
+    "examples"
     "kix"
     "kix-operator"
     "nix-lib"

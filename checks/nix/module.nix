@@ -1,6 +1,8 @@
-# services.kix-operator, evaluated with the stand-in module system: option
-# names and defaults, the units and container it generates in both modes,
-# the RBAC objects, flag rendering and assertions.
+# services.kix-operator, evaluated with nixpkgs' real module system and the
+# NixOS option declarations of ./stand-in/nixos-options.nix (nixpkgs' types:
+# systemd unit values, users, firewall, oci-containers, ...): option names,
+# defaults and docs, the units, container and RBAC it generates in both
+# modes, flag rendering, assertions and type errors.
 { common }:
 let
   inherit (common)
@@ -11,18 +13,18 @@ let
     throws
     sorted
     nixos
+    rendered
     ;
 
   eval = cfg: (nixos [ { services.kix-operator = cfg; } ]).config;
   evalWith = modules: (nixos modules).config;
-
   k3sKubeconfig = "/etc/rancher/k3s/k3s.yaml";
 
   disabled = eval { };
   defaults = disabled.services.kix-operator;
   options = (nixos [ ]).options.services.kix-operator;
+  docs = builtins.filter (d: d.visible && !d.internal) (lib.optionAttrSetToDocList options);
 
-  # enable, no kubeconfig: in-cluster configuration, no bootstrap
   inCluster = eval { enable = true; };
   # the k3s-style setup, container mode (the default)
   container = evalWith [
@@ -37,8 +39,6 @@ let
   ctr = container.virtualisation.oci-containers.containers.kix-operator;
   podmanUnit = container.systemd.services.podman-kix-operator;
   bootstrap = container.systemd.services.kix-operator-bootstrap;
-  bootstrapScript = bootstrap.serviceConfig.ExecStart;
-  # host mode, operator using the host's kubeconfig directly
   host = eval {
     enable = true;
     mode = "host";
@@ -46,14 +46,15 @@ let
     rbac.useServiceAccount = false;
   };
   hostUnit = host.systemd.services.kix-operator;
-  # container mode, host's kubeconfig directly: copied for uid 65532
   containerNoSa = eval {
     enable = true;
     kubeconfigFile = "/etc/kix/admin.yaml";
     rbac.useServiceAccount = false;
   };
 
-  objectsOf = c: c.services.kix-operator.rbac.objects;
+  # The bootstrap's Kix cluster and the RBAC objects the options generated.
+  clusterOf = c: c.services.kix-operator.bootstrap.cluster;
+  objectsOf = c: (clusterOf c).packages.rbac.resources;
   find =
     objects: kind: name:
     builtins.filter (o: o.kind == kind && o.metadata.name == name) objects;
@@ -63,14 +64,14 @@ let
       found = find objects kind name;
     in
     if builtins.length found == 1 then builtins.head found else throw "expected one ${kind} ${name}";
+  roleRefOf = b: "${b.roleRef.kind}/${b.roleRef.name}";
   objects = objectsOf container;
-  recordsRole = one objects "ClusterRole" "kix-operator";
-  rulesFor = role: resource: builtins.filter (r: builtins.elem resource r.resources) role.rules;
-  verbsFor = role: resource: sorted (lib.concatMap (r: r.verbs) (rulesFor role resource));
+  namespacesOf = os: sorted (map (o: o.metadata.name) (builtins.filter (o: o.kind == "Namespace") os));
 
   restricted = eval {
     enable = true;
     kubeconfigFile = k3sKubeconfig;
+    settings."lease-namespace" = "kix-leases";
     rbac.namespaces = [
       "apps"
       "web"
@@ -81,10 +82,7 @@ let
         resources = [ "namespaces" ];
         verbs = [
           "get"
-          "list"
-          "watch"
           "create"
-          "patch"
         ];
       }
     ];
@@ -110,13 +108,11 @@ let
     };
     extraArgs = [ "-v" ];
   };
-  args = flags.services.kix-operator.arguments;
 
   failedAssertions = c: map (a: a.message) (builtins.filter (a: !a.assertion) c.assertions);
 in
 {
   moduleOptionNames = eq [
-    "arguments"
     "bootstrap"
     "container"
     "enable"
@@ -124,13 +120,11 @@ in
     "extraArgs"
     "gcRootsDir"
     "image"
-    "imageStorePaths"
     "kubeconfigFile"
     "logFormat"
     "metricsAddress"
     "metricsPort"
     "mode"
-    "namespace"
     "nixPackage"
     "openFirewall"
     "package"
@@ -140,19 +134,40 @@ in
   moduleRbacOptionNames = eq [
     "applyRules"
     "clusterApplyRules"
-    "enable"
-    "manifestFile"
     "namespaces"
-    "objects"
     "useServiceAccount"
   ] (builtins.attrNames options.rbac);
   moduleBootstrapOptionNames = eq [
-    "crds"
-    "crdsFile"
+    "cluster"
     "enable"
     "kubeconfigFile"
+    "package"
     "timeout"
   ] (builtins.attrNames options.bootstrap);
+
+  # The option docs (what the NixOS manual and search show): every option
+  # described, types as lib names them, and no default that renders a store
+  # path (those need a defaultText).
+  optionDocsDescribed = eq [ ] (map (d: d.name) (builtins.filter (d: (d.description or "") == "") docs));
+  optionDocsTypes = eq {
+    "services.kix-operator.logFormat" = "one of \"text\", \"json\"";
+    "services.kix-operator.metricsPort" = "16 bit unsigned integer; between 0 and 65535 (both inclusive)";
+    "services.kix-operator.kubeconfigFile" = "null or string";
+    "services.kix-operator.rbac.namespaces" = "null or (list of string)";
+    "services.kix-operator.bootstrap.timeout" = "positive integer, meaning >0";
+  } (
+    lib.genAttrs [
+      "services.kix-operator.logFormat"
+      "services.kix-operator.metricsPort"
+      "services.kix-operator.kubeconfigFile"
+      "services.kix-operator.rbac.namespaces"
+      "services.kix-operator.bootstrap.timeout"
+    ] (name: (lib.findFirst (d: d.name == name) { type = "missing"; } docs).type)
+  );
+  optionDocsDefaultsWithoutStorePaths = eq [ ] (
+    map (d: d.name) (builtins.filter (d: has "/nix/store" (builtins.toJSON (d.default or null))) docs)
+  );
+  optionDocsCount = eq 26 (builtins.length docs);
 
   moduleDefaults = eq {
     enable = false;
@@ -169,15 +184,12 @@ in
     extraArgs = [ ];
     environment = { };
     gcRootsDir = "/nix/var/nix/gcroots/kix";
-    namespace = "kix-system";
     bootstrap = {
       enable = false;
       kubeconfigFile = null;
-      crds = true;
       timeout = 300;
     };
     rbac = {
-      enable = true;
       useServiceAccount = false;
       applyRules = [
         {
@@ -189,11 +201,7 @@ in
       namespaces = null;
       clusterApplyRules = [ ];
     };
-    container = {
-      uid = 65532;
-      gid = 65532;
-      extraOptions = [ ];
-    };
+    container.extraOptions = [ ];
   } {
     inherit (defaults)
       enable
@@ -207,24 +215,32 @@ in
       extraArgs
       environment
       gcRootsDir
-      namespace
+      rbac
       container
       ;
-    bootstrap = removeAttrs defaults.bootstrap [ "crdsFile" ];
-    rbac = removeAttrs defaults.rbac [
-      "objects"
-      "manifestFile"
+    bootstrap = removeAttrs defaults.bootstrap [
+      "cluster"
+      "package"
     ];
   };
-  modulePackageFromTheFlake = eq common.self.packages.${common.system}.kix-operator.outPath defaults.package.outPath;
+  modulePackagesFromTheFlake = eq {
+    operator = common.self.packages.${common.system}.kix-operator.outPath;
+    cli = common.self.packages.${common.system}.kix.outPath;
+  } {
+    operator = defaults.package.outPath;
+    cli = defaults.bootstrap.package.outPath;
+  };
   moduleImageBuiltFromThePackage = eq [ "${defaults.package}/bin/kix-operator" ] defaults.image.stubArgs.config.Entrypoint;
-  moduleCrdsFile = eq (toString ../../deploy/crds.yaml) (toString defaults.bootstrap.crdsFile);
 
   disabledDefinesNothing = ok (
-    disabled.systemd == { } && disabled.virtualisation.oci-containers.containers == { } && disabled.users == { }
+    disabled.systemd.services == { }
+    && disabled.systemd.tmpfiles.rules == [ ]
+    && disabled.virtualisation.oci-containers.containers == { }
+    && disabled.users.users == { }
+    && disabled.assertions == [ ]
   );
 
-  inClusterHasNoKubeconfigFlag = ok (!(builtins.any (lib.hasPrefix "--kubeconfig") inCluster.services.kix-operator.arguments));
+  inClusterHasNoKubeconfigFlag = ok (!(builtins.any (lib.hasPrefix "--kubeconfig") inCluster.virtualisation.oci-containers.containers.kix-operator.cmd));
   inClusterHasNoBootstrap = ok (!(inCluster.systemd.services ? kix-operator-bootstrap));
   inClusterWarns = ok (builtins.any (has "uses the in-cluster") inCluster.warnings);
 
@@ -261,13 +277,8 @@ in
     "--lease-namespace=kube-system"
     "--resync-interval=60s"
   ] ctr.cmd;
-  imageClosureInHostStore = ok (
-    let
-      deps = map (p: p.outPath) container.system.extraDependencies;
-    in
-    builtins.all (p: builtins.elem p.outPath deps) (
-      container.services.kix-operator.image.storeRoots ++ [ container.services.kix-operator.package ]
-    )
+  imageClosureInHostStore = eq (map (p: p.outPath) container.services.kix-operator.image.storeRoots) (
+    map (p: p.outPath) container.system.extraDependencies
   );
   containerAfterBootstrapAndK3s = ok (
     builtins.all (u: builtins.elem u podmanUnit.after) [
@@ -276,32 +287,42 @@ in
       "nix-daemon.socket"
     ]
   );
-  containerNoHostUnitOrUser = ok (!(container.systemd.services ? kix-operator) && !(container.users ? users));
+  containerNoHostUnitOrUser = ok (!(container.systemd.services ? kix-operator) && container.users.users == { });
   stateDirsForTheContainerUser = eq [
     "d /var/lib/kix-operator 0750 65532 65532 - -"
     "d /nix/var/nix/gcroots/kix 0755 65532 65532 - -"
   ] container.systemd.tmpfiles.rules;
 
-  bootstrapIsOneshotAfterK3s = ok (
-    bootstrap.serviceConfig.Type == "oneshot"
-    && bootstrap.serviceConfig.RemainAfterExit
-    && builtins.elem "k3s.service" bootstrap.after
+  bootstrapIsOneshotAfterK3s = eq {
+    Type = "oneshot";
+    RemainAfterExit = true;
+    Restart = "on-failure";
+    afterK3s = true;
+  } {
+    inherit (bootstrap.serviceConfig) Type RemainAfterExit Restart;
+    afterK3s = builtins.elem "k3s.service" bootstrap.after;
+  };
+  bootstrapRunsTheScriptFile = ok (
+    lib.hasSuffix "-kix-operator-bootstrap.sh" bootstrap.serviceConfig.ExecStart
+    && lib.hasPrefix "${common.pkgs.bash}/bin/bash " bootstrap.serviceConfig.ExecStart
   );
-  bootstrapUsesTheKubeconfig = ok (has "export KUBECONFIG='${k3sKubeconfig}'" bootstrapScript);
-  bootstrapAppliesCrdsAndWaits = ok (
-    has "kubectl apply --server-side --force-conflicts --field-manager=nixos-kix-operator" bootstrapScript
-    && has "crds.yaml" bootstrapScript
-    && has "kubectl wait --for=condition=Established" bootstrapScript
-    && has "crd/activations.kix.run crd/packageinstances.kix.run" bootstrapScript
-  );
-  bootstrapAppliesRbacAndPrunesOldRbac = ok (
-    has "apply ${container.services.kix-operator.rbac.manifestFile}" bootstrapScript
-    && has "kubectl delete clusterrolebinding,clusterrole -l" bootstrapScript
-  );
-  bootstrapWritesServiceAccountKubeconfig = ok (
-    has "get secret kix-operator-token" bootstrapScript
-    && has "mv -f \"$tmp\" /var/lib/kix-operator/kubeconfig" bootstrapScript
-  );
+  bootstrapEnvironment = eq {
+    KUBECONFIG = k3sKubeconfig;
+    KIX_BOOTSTRAP_TREE = (clusterOf container).outPath;
+    KIX_BOOTSTRAP_TIMEOUT = "300";
+    KIX_OPERATOR_KUBECONFIG = "/var/lib/kix-operator/kubeconfig";
+    KIX_OPERATOR_OWNER = "65532:65532";
+    KIX_GCROOTS_DIR = "/nix/var/nix/gcroots/kix";
+  } bootstrap.environment;
+  # kix deploys; kubectl only reads the ServiceAccount's token and the
+  # server of the kubeconfig.
+  bootstrapPath = eq (map (p: p.outPath) [
+    container.services.kix-operator.bootstrap.package
+    common.pkgs.kubectl
+    common.pkgs.coreutils
+    container.services.kix-operator.nixPackage
+  ]) (map (p: p.outPath) bootstrap.path);
+  bootstrapWithoutServiceAccountWritesNoKubeconfig = eq "" containerNoSa.systemd.services.kix-operator-bootstrap.environment.KIX_OPERATOR_KUBECONFIG;
   serviceAccountByDefaultWithKubeconfig = eq {
     bootstrap = true;
     useServiceAccount = true;
@@ -309,26 +330,35 @@ in
     bootstrap = container.services.kix-operator.bootstrap.enable;
     inherit (container.services.kix-operator.rbac) useServiceAccount;
   };
-  noKubeconfigCopyWithServiceAccount = eq [ ] (podmanUnit.serviceConfig.ExecStartPre or [ ]);
-
+  noKubeconfigCopyWithServiceAccount = eq [ ] podmanUnit.serviceConfig.ExecStartPre;
   containerCopiesHostKubeconfigForItsUser = ok (
     let
       pre = containerNoSa.systemd.services.podman-kix-operator.serviceConfig.ExecStartPre;
     in
     builtins.length pre == 1
     && has "install -m 0400 -o 65532 -g 65532" (builtins.head pre)
-    && has "'/etc/kix/admin.yaml'" (builtins.head pre)
+    && has "/etc/kix/admin.yaml /var/lib/kix-operator/.kubeconfig.new" (builtins.head pre)
   );
 
   hostUnit = ok (
     hostUnit.serviceConfig.User == "kix-operator"
+    && hostUnit.serviceConfig.Restart == "always"
+    && hostUnit.startLimitIntervalSec == 0
     && hostUnit.serviceConfig.ProtectSystem == "strict"
     && hostUnit.serviceConfig.ReadWritePaths == [ "/nix/var/nix/gcroots/kix" ]
     && hostUnit.environment.NIX_REMOTE == "daemon"
     && builtins.elem host.services.kix-operator.nixPackage hostUnit.path
   );
   hostExecStart = ok (
-    lib.hasPrefix "'${host.services.kix-operator.package}/bin/kix-operator' '--kubeconfig=/var/lib/kix-operator/kubeconfig'" hostUnit.serviceConfig.ExecStart
+    lib.hasPrefix "\"${host.services.kix-operator.package}/bin/kix-operator\" \"--kubeconfig=/var/lib/kix-operator/kubeconfig\"" hostUnit.serviceConfig.ExecStart
+  );
+  # systemd reads % as a specifier and $ as a variable: both are doubled.
+  hostExecStartEscapesSpecifiers = ok (
+    has "\"--label=50%%-$$HOME\"" (eval {
+      enable = true;
+      mode = "host";
+      settings.label = "50%-$HOME";
+    }).systemd.services.kix-operator.serviceConfig.ExecStart
   );
   hostCopiesKubeconfigAsRoot = ok (
     let
@@ -337,80 +367,28 @@ in
     builtins.length pre == 1 && lib.hasPrefix "+" (builtins.head pre) && has "-o kix-operator -g kix-operator" (builtins.head pre)
   );
   hostUser = ok (host.users.users.kix-operator.isSystemUser && host.users.groups ? kix-operator);
-  hostHasNoContainer = ok (host.virtualisation.oci-containers.containers == { } && !(host.system ? extraDependencies && host.system.extraDependencies != [ ]));
+  hostHasNoContainer = ok (host.virtualisation.oci-containers.containers == { } && host.system.extraDependencies == [ ]);
 
-  rbacRecordsRoleIsLeastPrivilege = eq {
-    activations = [
-      "get"
-      "list"
-      "patch"
-      "update"
-      "watch"
-    ];
-    status = [
-      "get"
-      "patch"
-      "update"
-    ];
-    finalizers = [ "update" ];
-    packageinstances = [
-      "create"
-      "delete"
-      "get"
-      "list"
-      "patch"
-      "update"
-      "watch"
-    ];
-    events = [
-      "create"
-      "patch"
-      "update"
-    ];
-    wildcards = false;
+  bootstrapCluster = eq {
+    cluster = "kix-operator";
+    packages = [ "rbac" ];
+    manifests = [ "kix-operator-rbac.yaml" ];
   } {
-    activations = verbsFor recordsRole "activations";
-    status = verbsFor recordsRole "activations/status";
-    finalizers = verbsFor recordsRole "activations/finalizers";
-    packageinstances = verbsFor recordsRole "packageinstances";
-    events = verbsFor recordsRole "events";
-    wildcards = builtins.any (r: builtins.elem "*" (r.verbs ++ r.resources ++ r.apiGroups)) recordsRole.rules;
+    inherit (clusterOf container) cluster;
+    packages = (clusterOf container).packageOrder;
+    manifests = map baseNameOf (clusterOf container).packages.rbac.manifests;
   };
-  rbacCrdsReadAllWriteOwn = eq {
-    read = [
-      "get"
-      "list"
-      "watch"
-    ];
-    write = [
-      {
-        resourceNames = [
-          "activations.kix.run"
-          "packageinstances.kix.run"
-        ];
-        verbs = [
-          "patch"
-          "update"
-        ];
-      }
-    ];
-  } {
-    read = sorted (
-      lib.concatMap (r: if r ? resourceNames then [ ] else r.verbs) (rulesFor recordsRole "customresourcedefinitions")
-    );
-    write = map (r: { inherit (r) resourceNames verbs; }) (
-      builtins.filter (r: r ? resourceNames) (rulesFor recordsRole "customresourcedefinitions")
-    );
-  };
-  noReadRoleWhenClusterWide = eq [ ] (find objects "ClusterRole" "kix-operator-read");
+  # The fixed RBAC (ServiceAccount, token, records role) grants no wildcard;
+  # bootstrap-test asks the API server what it allows.
+  rbacFixedPartHasNoWildcard = ok (!(has "*" (builtins.readFile ../../nixos-modules/kix-operator-rbac.yaml)));
   rbacLeasesInLeaseNamespace = eq {
     namespace = "kube-system";
     resources = [ "leases" ];
-    bound = "kix-operator-leases";
+    bound = "Role/kix-operator-leases";
   } {
     inherit ((one objects "Role" "kix-operator-leases").metadata) namespace;
     resources = lib.concatMap (r: r.resources) (one objects "Role" "kix-operator-leases").rules;
-    bound = (one objects "RoleBinding" "kix-operator-leases").roleRef.name;
+    bound = roleRefOf (one objects "RoleBinding" "kix-operator-leases");
   };
   rbacApplyClusterWideByDefault = eq {
     rules = [
@@ -428,45 +406,17 @@ in
     };
   } {
     inherit (one objects "ClusterRole" "kix-operator-apply") rules;
-    binding =
-      let
-        b = one objects "ClusterRoleBinding" "kix-operator-apply";
-      in
-      "${b.roleRef.kind}/${b.roleRef.name}";
+    binding = roleRefOf (one objects "ClusterRoleBinding" "kix-operator-apply");
     subject = builtins.head (one objects "ClusterRoleBinding" "kix-operator-apply").subjects;
   };
-  rbacServiceAccountAndToken = ok (
-    (one objects "ServiceAccount" "kix-operator").metadata.namespace == "kix-system"
-    && (one objects "Secret" "kix-operator-token").type == "kubernetes.io/service-account-token"
-    &&
-      (one objects "Secret" "kix-operator-token").metadata.annotations."kubernetes.io/service-account.name"
-      == "kix-operator"
-  );
-  rbacNamespaceCreatedButNotSystemOnes = eq [ "kix-system" ] (
-    map (o: o.metadata.name) (builtins.filter (o: o.kind == "Namespace") objects)
-  );
-  rbacObjectsLabelled = ok (
-    builtins.all (
-      o:
-      o.kind == "Namespace"
-      || (
-        o.metadata.labels."app.kubernetes.io/managed-by" == "nixos-kix-operator"
-        && builtins.stringLength o.metadata.labels."kix.run/nixos-rbac" == 16
-      )
-    ) objects
-  );
-  rbacManifestIsAList = eq {
-    apiVersion = "v1";
-    kind = "List";
-    items = objects;
-  } (builtins.fromJSON container.services.kix-operator.rbac.manifestFile.text);
+  noReadRoleWhenClusterWide = eq [ ] (find objects "ClusterRole" "kix-operator-read");
+  noSystemNamespacesCreated = eq [ ] (namespacesOf objects);
 
   rbacNamespacesAllowList = eq {
     roleBindings = [
       "apps"
       "web"
     ];
-    # reads of the same kinds stay cluster-wide (LIST/WATCH per kind)
     readRules = [
       {
         apiGroups = [ "*" ];
@@ -481,30 +431,26 @@ in
     readBound = "ClusterRole/kix-operator-read";
     clusterWideApply = false;
     clusterApply = "ClusterRole/kix-operator-apply-cluster";
+    leases = "kix-leases";
     namespaces = [
       "apps"
-      "kix-system"
+      "kix-leases"
       "web"
     ];
   } {
     roleBindings = sorted (map (o: o.metadata.namespace) (find restrictedObjects "RoleBinding" "kix-operator-apply"));
     readRules = (one restrictedObjects "ClusterRole" "kix-operator-read").rules;
-    readBound =
-      let
-        b = one restrictedObjects "ClusterRoleBinding" "kix-operator-read";
-      in
-      "${b.roleRef.kind}/${b.roleRef.name}";
+    readBound = roleRefOf (one restrictedObjects "ClusterRoleBinding" "kix-operator-read");
     clusterWideApply = find restrictedObjects "ClusterRoleBinding" "kix-operator-apply" != [ ];
-    clusterApply =
-      let
-        b = one restrictedObjects "ClusterRoleBinding" "kix-operator-apply-cluster";
-      in
-      "${b.roleRef.kind}/${b.roleRef.name}";
-    namespaces = sorted (map (o: o.metadata.name) (builtins.filter (o: o.kind == "Namespace") restrictedObjects));
+    clusterApply = roleRefOf (one restrictedObjects "ClusterRoleBinding" "kix-operator-apply-cluster");
+    leases = (one restrictedObjects "Role" "kix-operator-leases").metadata.namespace;
+    namespaces = namespacesOf restrictedObjects;
   };
-  rbacChangeChangesTheHash = ok (
-    (builtins.head (find objects "ClusterRole" "kix-operator")).metadata.labels."kix.run/nixos-rbac"
-    != (builtins.head (find restrictedObjects "ClusterRole" "kix-operator")).metadata.labels."kix.run/nixos-rbac"
+  # kix prunes what a configuration drops, but never these namespaces.
+  rbacNamespacesNeverPruned = ok (
+    builtins.all (o: o.metadata.annotations."kix.run/prune" == "disabled") (
+      builtins.filter (o: o.kind == "Namespace") restrictedObjects
+    )
   );
 
   flagRendering = eq [
@@ -518,7 +464,7 @@ in
     "--repeated=y"
     "--resync-interval=30s"
     "-v"
-  ] args;
+  ] flags.virtualisation.oci-containers.containers.kix-operator.cmd;
   openFirewall = eq [ 8080 ] (
     (eval {
       enable = true;
@@ -535,16 +481,23 @@ in
     environment.KIX_LOG = "debug";
   }).virtualisation.oci-containers.containers.kix-operator.environment;
 
+  # Every generated value has the type NixOS gives its option (units,
+  # users, firewall, containers, system closure).
+  generatedValuesTypeCheck = ok (
+    builtins.all (c: builtins.deepSeq (rendered c) true) [
+      container
+      host
+      containerNoSa
+      restricted
+      flags
+      inCluster
+    ]
+  );
+
   assertionServiceAccountNeedsBootstrap = ok (
     builtins.any (has "useServiceAccount needs") (failedAssertions (eval {
       enable = true;
       rbac.useServiceAccount = true;
-    }))
-  );
-  assertionKubeconfigNotInStore = ok (
-    builtins.any (has "a Nix path literal") (failedAssertions (eval {
-      enable = true;
-      kubeconfigFile = ../../Cargo.toml;
     }))
   );
   failedAssertionsStopTheSystem = throws (eval {
@@ -557,15 +510,41 @@ in
     containerNoSa
     restricted
   ]);
+  # A Nix path would copy the credential into the world-readable store.
+  kubeconfigPathLiteralRejected = throws (eval {
+    enable = true;
+    kubeconfigFile = ../../Cargo.toml;
+  }).services.kix-operator.kubeconfigFile;
   badLogFormatRejected = throws (eval {
     enable = true;
     logFormat = "xml";
-  }).services.kix-operator.arguments;
+  }).virtualisation.oci-containers.containers.kix-operator.cmd;
   unknownOptionRejected = throws (eval { settingz = { }; }).services.kix-operator.enable;
   badSettingTypeRejected = throws (eval {
     enable = true;
     settings.nested = {
       a = 1;
     };
-  }).services.kix-operator.arguments;
+  }).virtualisation.oci-containers.containers.kix-operator.cmd;
+  # The declarations reject what NixOS rejects in what a configuration adds
+  # to the module's units (checks/nix/run also plants errors in a copy of
+  # the module itself).
+  badRestartRejected = throws (evalWith [
+    {
+      services.kix-operator = {
+        enable = true;
+        mode = "host";
+      };
+      systemd.services.kix-operator.serviceConfig.Restart = lib.mkForce "on-fail";
+    }
+  ]).systemd.services.kix-operator.serviceConfig;
+  badUnitNameRejected = throws (evalWith [
+    {
+      services.kix-operator = {
+        enable = true;
+        mode = "host";
+      };
+      systemd.services.kix-operator.after = [ "k3s" ];
+    }
+  ]).systemd.services.kix-operator.after;
 }

@@ -1,12 +1,13 @@
 # The shell and Python scripts the module and the VM tests generate, as text
 # (from the stand-in evaluation), for checks/nix/run to syntax-check:
 #
-#   nix eval --raw -f checks/nix/scripts.nix bootstrap | bash -n
+#   nix eval --raw -f checks/nix/scripts.nix shell.bootstrap --arg nixpkgsLib ... | bash -n
 {
   system ? "x86_64-linux",
+  nixpkgsLib,
 }:
 let
-  common = import ./common.nix { inherit system; };
+  common = import ./common.nix { inherit system nixpkgsLib; };
   eval = cfg: (common.nixos [ { services.kix-operator = cfg; } ]).config;
   base = {
     enable = true;
@@ -21,19 +22,13 @@ let
       rbac.useServiceAccount = false;
     }
   );
-  noCrdsNoRbac = eval (
-    base
-    // {
-      bootstrap.crds = false;
-      rbac.enable = false;
-    }
-  );
   checks = common.self.checks.${system};
 in
 {
   shell = {
-    bootstrap = sa.systemd.services.kix-operator-bootstrap.serviceConfig.ExecStart;
-    bootstrap-minimal = noCrdsNoRbac.systemd.services.kix-operator-bootstrap.serviceConfig.ExecStart;
+    # The unit runs this file with bash.
+    bootstrap = assert common.lib.hasSuffix "-kix-operator-bootstrap.sh" sa.systemd.services.kix-operator-bootstrap.serviceConfig.ExecStart;
+      builtins.readFile ../../nixos-modules/kix-operator-bootstrap.sh;
     kubeconfig-copy-container = builtins.head copyContainer.systemd.services.podman-kix-operator.serviceConfig.ExecStartPre;
     # ExecStartPre "+<script>": the + runs it as root.
     kubeconfig-copy-host = builtins.substring 1 (-1) (builtins.head copyHost.systemd.services.kix-operator.serviceConfig.ExecStartPre);

@@ -5,8 +5,11 @@
 # flake, the image or the module asked nixpkgs for. Builders that produce
 # text keep it as `text`.
 {
-  system ? builtins.currentSystem,
-  lib ? import ./lib.nix,
+  system,
+  # nixpkgs' lib, with nixosSystem (./nixpkgs.nix)
+  lib,
+  # nixpkgs' source (here: the directory holding its lib/)
+  path,
 }:
 let
   stub =
@@ -35,7 +38,7 @@ let
     };
 
   pkgs = {
-    inherit lib system;
+    inherit lib system path;
     stdenv = {
       hostPlatform.system = system;
       buildPlatform = {
@@ -95,7 +98,7 @@ let
       args:
       stub "vm-test-run-${args.name}" {
         stubArgs = args;
-        # The nodes, evaluated by the stand-in module system.
+        # The nodes, evaluated as NixOS systems (./nixos.nix).
         nodes = builtins.mapAttrs (
           _: node:
           (lib.nixosSystem {
@@ -108,6 +111,7 @@ let
     mkShell = args: stub "nix-shell" { stubArgs = args; };
   }
   // lib.genAttrs [
+    "bash"
     "cacert"
     "cargo"
     "clippy"
