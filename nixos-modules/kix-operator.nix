@@ -3,10 +3,10 @@
 # virtualisation.oci-containers with the host /nix/store mounted read-only
 # (mode = "container"), or as a hardened systemd service (mode = "host").
 # kix-operator-bootstrap (./kix-operator-bootstrap.sh) deploys with kix the
-# Kix cluster "kix-operator" (./kix-operator-rbac.yaml and the RBAC the
-# options below generate; kix installs its CRDs and prunes what an earlier
-# configuration had) and writes the ServiceAccount's kubeconfig the
-# operator uses. See docs/nix.md.
+# Kix cluster "kix-operator" (./kix-operator-rbac.yaml, the RBAC the options
+# generate, the token Secret of ./kix-operator-token.yaml; kix installs its
+# CRDs and prunes what an earlier configuration had) and writes the
+# ServiceAccount's kubeconfig the operator uses. See docs/nix.md.
 {
   config,
   lib,
@@ -73,6 +73,11 @@ let
         leaseNamespace = cfg.settings."lease-namespace";
       };
       manifests = [ ./kix-operator-rbac.yaml ];
+    };
+    packages.token = {
+      version = "1";
+      dependsOn = [ "rbac" ];
+      manifests = [ ./kix-operator-token.yaml ];
     };
   };
 

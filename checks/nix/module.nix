@@ -369,14 +369,26 @@ in
   hostUser = ok (host.users.users.kix-operator.isSystemUser && host.users.groups ? kix-operator);
   hostHasNoContainer = ok (host.virtualisation.oci-containers.containers == { } && host.system.extraDependencies == [ ]);
 
+  # The token Secret comes after its ServiceAccount.
   bootstrapCluster = eq {
     cluster = "kix-operator";
-    packages = [ "rbac" ];
+    packages = [
+      "rbac"
+      "token"
+    ];
     manifests = [ "kix-operator-rbac.yaml" ];
+    token = {
+      dependsOn = [ "rbac" ];
+      manifests = [ "kix-operator-token.yaml" ];
+    };
   } {
     inherit (clusterOf container) cluster;
     packages = (clusterOf container).packageOrder;
     manifests = map baseNameOf (clusterOf container).packages.rbac.manifests;
+    token = {
+      inherit ((clusterOf container).packages.token) dependsOn;
+      manifests = map baseNameOf (clusterOf container).packages.token.manifests;
+    };
   };
   # The fixed RBAC (ServiceAccount, token, records role) grants no wildcard;
   # bootstrap-test asks the API server what it allows.
