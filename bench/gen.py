@@ -12,8 +12,8 @@ For each variant (v0: base; v1: 10 % of the objects changed; v2: v1 with
 
 Every package owns one namespace (<tool>-pNN). Inside a package the objects
 are 60 % ConfigMaps, 25 % Services (headless: the local control plane has a
-/24 service range), 15 % Deployments (1 replica, tolerating every taint so
-KWOK's fake nodes run the pods). In package order the objects are
+/24 service range), 15 % Deployments (1 replica; KWOK's fake nodes run the
+pods). In package order the objects are
 ConfigMaps, Services, Deployments; object k of a package (0-based) changes in
 v1 when k % 10 == 0 and is removed in v2 when k % 10 == 5: exactly 10 % each,
 spread over the three kinds roughly in their proportions.
@@ -108,8 +108,6 @@ spec:
       labels:
         app: app-{i:04d}
     spec:
-      tolerations:
-        - operator: Exists
       containers:
         - name: app
           image: registry.local/bench/app:1.0.0

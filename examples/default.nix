@@ -29,8 +29,6 @@ let
           spec = {
             containers = [ { inherit name image env; volumeMounts = mounts; } ];
             inherit volumes;
-            # The local control plane's nodes are KWOK fakes.
-            tolerations = [ { operator = "Exists"; } ];
           };
         };
       };
@@ -118,7 +116,6 @@ let
                       }
                     ];
                     volumes = [ { name = "data"; persistentVolumeClaim.claimName = "db-data"; } ];
-                    tolerations = [ { operator = "Exists"; } ];
                   };
                 };
               };

@@ -393,7 +393,12 @@ async fn colors_on_a_terminal_unless_no_color() {
         let _ = tmux(&session)
             .args(["kill-session", "-t", &session])
             .status();
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let screen = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            done.exists(),
+            "`kix plan` on the terminal did not finish within 30 s; the screen:\n{screen}"
+        );
+        screen
     };
     let colored = screen(false);
     assert!(colored.contains("create"), "{colored}");

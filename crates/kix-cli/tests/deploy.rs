@@ -199,7 +199,6 @@ fn configmap(name: &str, value: &str) -> Value {
 fn deployment(name: &str, available: bool, min_ready: u32) -> Value {
     let mut pod = json!({
         "containers": [{"name": "main", "image": "example.invalid/app:1"}],
-        "tolerations": [{"operator": "Exists"}],
     });
     if !available {
         pod["nodeSelector"] = json!({"kix.run/test-no-such-node": "true"});
@@ -220,7 +219,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(every).await;
     }
 }

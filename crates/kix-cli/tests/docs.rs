@@ -1,6 +1,11 @@
 //! The documentation's commands run: every `$ kix ...` line of
-//! docs/getting-started.md (the README points there) is run against the local
-//! control plane with the examples, in order, and must succeed.
+//! docs/getting-started.md (the README points there) is run with the examples,
+//! in order, and must succeed.
+//!
+//! The guide names fixed Kix clusters (`infra`, `apps`) and the examples fix
+//! their namespaces and a CRD, which `checks/demo` (or a person following the
+//! guide) leaves on the shared control plane: so the commands run on a
+//! control plane of the test's own, with GC roots in a scratch directory.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -43,11 +48,14 @@ fn getting_started_commands_run() {
         commands.len() >= 8,
         "the guide lost its commands: {commands:?}"
     );
+    let cp = kix_testkit::PrivateControlPlane::start();
+    let gcroots = tempfile::tempdir().expect("tempdir");
     for args in commands {
         let out = Command::new(env!("CARGO_BIN_EXE_kix"))
             .args(&args)
             .current_dir(repo())
-            .env("KUBECONFIG", kix_testkit::kubeconfig_path())
+            .env("KUBECONFIG", cp.kubeconfig())
+            .env("KIX_GCROOTS_DIR", gcroots.path())
             .env("KIX_OFFLINE", "1")
             // The examples take `<nixpkgs>`; offline, with no nixpkgs here,
             // it is the host-tools builder of the library tests.

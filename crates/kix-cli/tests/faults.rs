@@ -27,6 +27,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kix_api::{Activation, Phase};
@@ -97,11 +98,11 @@ fn fault_tree(dir: &Path, name: &str, cluster: &str, namespace: &str, which: usi
     root
 }
 
-/// A Deployment KWOK runs (it tolerates KWOK's node taints); `value` goes into
-/// an environment variable, so a change rolls it out.
+/// A Deployment KWOK runs; `value` goes into an environment variable, so a
+/// change rolls it out.
 fn deployment(name: &str, value: &str) -> String {
     format!(
-        "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      tolerations: [{{operator: Exists}}]\n      containers: [{{name: app, image: example.invalid/app:1, env: [{{name: BUILD, value: \"{value}\"}}]}}]\n"
+        "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers: [{{name: app, image: example.invalid/app:1, env: [{{name: BUILD, value: \"{value}\"}}]}}]\n"
     )
 }
 
@@ -156,8 +157,14 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// A deploy (`kix deploy <cluster> --path <path> --yes`) as a child process,
-/// its output in files under `dir`.
+/// How long a fault test's `kix deploy` waits for health (`--timeout`):
+/// Deployments of one Pod on a working control plane take seconds, so a
+/// deploy waiting on a stalled control plane ends, naming what it waited
+/// for, well before the test's own bounds.
+const KIX_TIMEOUT: &str = "90s";
+
+/// A deploy (`kix deploy <cluster> --path <path> --yes <extra>`) as a child
+/// process, its output in files under `dir`.
 fn spawn_deploy(
     kubeconfig: &Path,
     gcroots: &Path,
@@ -165,12 +172,14 @@ fn spawn_deploy(
     path: &str,
     dir: &Path,
     tag: &str,
+    extra: &[&str],
 ) -> Child {
     let file =
         |ext: &str| std::fs::File::create(dir.join(format!("{tag}.{ext}"))).expect("log file");
     kix(kubeconfig, gcroots)
         // -v: when a deploy hangs, its log says in which step.
         .args(["deploy", cluster, "--path", path, "--yes", "-v"])
+        .args(extra)
         .stdout(file("stdout"))
         .stderr(file("stderr"))
         .spawn()
@@ -178,7 +187,15 @@ fn spawn_deploy(
 }
 
 fn deploy(kubeconfig: &Path, gcroots: &Path, cluster: &str, path: &str) -> Run {
-    run(kix(kubeconfig, gcroots).args(["deploy", cluster, "--path", path, "--yes"]))
+    run(kix(kubeconfig, gcroots).args([
+        "deploy",
+        cluster,
+        "--path",
+        path,
+        "--yes",
+        "--timeout",
+        KIX_TIMEOUT,
+    ]))
 }
 
 fn is_lease_block(out: &Run) -> bool {
@@ -199,6 +216,7 @@ struct Rerun {
 /// dead client's Lease is still held is counted (and must name one of
 /// `killed_pids`, when given); other failures are allowed only when `tolerate_failures`
 /// (the control plane itself is recovering), and counted.
+#[allow(clippy::too_many_arguments)]
 async fn rerun_until_converged(
     kubeconfig: &Path,
     gcroots: &Path,
@@ -207,6 +225,7 @@ async fn rerun_until_converged(
     killed_pids: &[u32],
     tolerate_failures: bool,
     timeout: Duration,
+    cp_dir: Option<&Path>,
 ) -> Rerun {
     let started = Instant::now();
     let mut rerun = Rerun {
@@ -242,7 +261,13 @@ async fn rerun_until_converged(
         }
         assert!(
             started.elapsed() < timeout,
-            "no successful rerun within {timeout:?}; last:\n{out}"
+            "no successful rerun within {timeout:?}{}; last:\n{out}",
+            cp_dir
+                .map(|dir| format!(
+                    " although the probe had rolled out (the control plane converged; {})",
+                    stale_reads(dir)
+                ))
+                .unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -396,6 +421,7 @@ async fn sigkill_at_random_points_then_rerun_converges() {
             &builds.paths[target],
             scratch.path(),
             &format!("kill-{i}"),
+            &[],
         );
         let pid = child.id();
         killed_pids.push(pid);
@@ -435,6 +461,7 @@ async fn sigkill_at_random_points_then_rerun_converges() {
             &killed_pids,
             false,
             Duration::from_secs(60),
+            None,
         )
         .await;
         if rerun.blocked > 0 {
@@ -555,6 +582,7 @@ async fn two_concurrent_deploys_one_proceeds_the_other_names_the_holder() {
                     &paths[racing[k]],
                     scratch.path(),
                     &format!("race-{round}-{k}"),
+                    &[],
                 )
             })
             .collect();
@@ -614,6 +642,7 @@ async fn two_concurrent_deploys_one_proceeds_the_other_names_the_holder() {
             &[],
             false,
             Duration::from_secs(60),
+            None,
         )
         .await;
         live = Some(racing[loser]);
@@ -711,6 +740,249 @@ async fn wait_applying(
     .await
 }
 
+/// kube-controller-manager's stale-read errors in its log ("read version …
+/// is not as new as written version …": the StaleControllerConsistency
+/// checks of 1.36), counted, with the last one.
+fn stale_reads(cp_dir: &Path) -> String {
+    let log = std::fs::read_to_string(cp_dir.join("logs/kube-controller-manager.log"))
+        .unwrap_or_default();
+    let stale: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("is not as new as written version"))
+        .collect();
+    format!(
+        "kube-controller-manager logged {} stale-read errors{}; logs in {}",
+        stale.len(),
+        stale
+            .last()
+            .map(|l| format!(" (last: {})", tail(l, 300)))
+            .unwrap_or_default(),
+        cp_dir.join("logs").display()
+    )
+}
+
+/// A Deployment made without kix before the faults and rolled out after
+/// each: the rollout needs what kix's updates need from the control plane
+/// (kube-controller-manager scaling a new ReplicaSet up and the old one,
+/// written before the fault, down; the scheduler; KWOK), so it tells
+/// whether the control plane converges, independently of kix.
+struct Probe {
+    api: Api<Deployment>,
+    cp_dir: PathBuf,
+    name: String,
+    revision: u32,
+}
+
+impl Probe {
+    async fn create(client: &Client, cp_dir: &Path, ns: &str) -> Probe {
+        let mut probe = Probe {
+            api: Api::namespaced(client.clone(), ns),
+            cp_dir: cp_dir.to_path_buf(),
+            name: "probe".into(),
+            revision: 0,
+        };
+        if let Err(seen) = probe.roll_out(Duration::from_secs(120)).await {
+            panic!("before any fault, the control plane did not run the probe: {seen}");
+        }
+        probe
+    }
+
+    /// Changes the pod template and waits until the rollout is complete
+    /// (one updated, available replica, no old one). `Err` says what was
+    /// seen instead.
+    async fn roll_out(&mut self, timeout: Duration) -> Result<Duration, String> {
+        self.revision += 1;
+        let name = &self.name;
+        let desired: Deployment = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"probe": name}},
+                     "template": {"metadata": {"labels": {"probe": name}},
+                                  "spec": {"containers": [{"name": "probe", "image": "example.invalid/probe:1",
+                                      "env": [{"name": "REVISION", "value": self.revision.to_string()}]}]}}}
+        }))
+        .expect("probe deployment");
+        let started = Instant::now();
+        let mut seen = String::from("not applied");
+        let mut applied = None;
+        while started.elapsed() < timeout {
+            if applied.is_none() {
+                match self
+                    .api
+                    .patch(
+                        name,
+                        &PatchParams::apply("kix-faults-probe"),
+                        &Patch::Apply(&desired),
+                    )
+                    .await
+                {
+                    Ok(live) => applied = live.metadata.generation,
+                    Err(err) => seen = format!("applying it failed: {err}"),
+                }
+            }
+            if let Some(generation) = applied {
+                match self.api.get(name).await {
+                    Ok(live) => {
+                        let status = live.status.unwrap_or_default();
+                        if status.observed_generation >= Some(generation)
+                            && status.replicas == Some(1)
+                            && status.updated_replicas == Some(1)
+                            && status.available_replicas == Some(1)
+                        {
+                            return Ok(started.elapsed());
+                        }
+                        seen = format!("status {status:?}");
+                    }
+                    Err(err) => seen = format!("reading it failed: {err}"),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Err(format!(
+            "probe Deployment {name} (no kix) not rolled out to revision {} after {timeout:?}: {seen}; {}",
+            self.revision,
+            stale_reads(&self.cp_dir)
+        ))
+    }
+}
+
+/// What the control plane did after a fault, judged by the probe.
+enum Controllers {
+    /// The probe rolled out; when the first rollout failed, after
+    /// restarting kube-controller-manager and kube-apiserver (what it saw).
+    Work {
+        took: Duration,
+        restarted_after: Option<String>,
+    },
+    /// Not even after those restarts: the control plane's failure, not kix's.
+    Stalled { first: String, second: String },
+}
+
+impl std::fmt::Display for Controllers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Controllers::Work {
+                took,
+                restarted_after: None,
+            } => write!(
+                f,
+                "the control plane converges (probe rolled out in {took:.1?})"
+            ),
+            Controllers::Work {
+                took,
+                restarted_after: Some(seen),
+            } => write!(
+                f,
+                "the control plane stalled ({seen}) and converged after restarting kube-controller-manager and kube-apiserver (probe rolled out in {took:.1?})"
+            ),
+            Controllers::Stalled { first, second } => write!(
+                f,
+                "THE CONTROL PLANE DID NOT RECOVER (not kix's failure): {first}; after restarting kube-controller-manager and kube-apiserver: {second}"
+            ),
+        }
+    }
+}
+
+/// Rolls the probe out after `fault`; when that stalls, restarts
+/// kube-controller-manager and kube-apiserver once and rolls it out again.
+async fn controllers_after(
+    cp: &PrivateControlPlane,
+    probe: &mut Probe,
+    fault: &str,
+) -> Controllers {
+    let first = match probe.roll_out(Duration::from_secs(60)).await {
+        Ok(took) => {
+            return Controllers::Work {
+                took,
+                restarted_after: None,
+            };
+        }
+        Err(seen) => seen,
+    };
+    eprintln!("fault {fault}: {first}; restarting kube-controller-manager and kube-apiserver");
+    cp.component("restart", "kube-controller-manager");
+    cp.component("restart", "kube-apiserver");
+    match probe.roll_out(Duration::from_secs(90)).await {
+        Ok(took) => Controllers::Work {
+            took,
+            restarted_after: Some(first),
+        },
+        Err(second) => Controllers::Stalled { first, second },
+    }
+}
+
+/// After a fault, kix's part: with working controllers, reruns converge to
+/// the build; with stalled ones, what needs no controller must still be
+/// right (every ConfigMap of the build live, no record left Pending or
+/// Applying) and the reruns end within their `--timeout`. Returns the
+/// report line.
+#[allow(clippy::too_many_arguments)]
+async fn kix_after_fault(
+    cp_dir: &Path,
+    client: &Client,
+    kubeconfig: &Path,
+    gcroots: &Path,
+    cluster: &str,
+    ns: &str,
+    path: &str,
+    expected: &Expected,
+    controllers: &Controllers,
+    context: &str,
+) -> String {
+    if let Controllers::Work { .. } = controllers {
+        let rerun = rerun_until_converged(
+            kubeconfig,
+            gcroots,
+            cluster,
+            path,
+            &[],
+            true,
+            Duration::from_secs(240),
+            Some(cp_dir),
+        )
+        .await;
+        let diffs = differences(client, ns, expected).await;
+        assert!(diffs.is_empty(), "{context} ({controllers}): {diffs:#?}");
+        assert_settled(&records(client, cluster).await, context);
+        return format!(
+            "{controllers}; kix converged: reruns {} refused by the lease, {} failed ({:?}), converged {:.1}s after the first rerun began",
+            rerun.blocked,
+            rerun.other_failures.len(),
+            rerun.other_failures.first(),
+            rerun.took.as_secs_f64()
+        );
+    }
+    let configmaps_right = || async {
+        let diffs: Vec<String> = differences(client, ns, expected)
+            .await
+            .into_iter()
+            .filter(|d| d.starts_with("ConfigMap/"))
+            .collect();
+        let recs = records(client, cluster).await;
+        let unsettled = recs
+            .iter()
+            .any(|r| matches!(r.phase(), None | Some(Phase::Pending | Phase::Applying)));
+        (diffs, unsettled, recs)
+    };
+    let started = Instant::now();
+    let mut reruns = vec![];
+    loop {
+        let (diffs, unsettled, recs) = configmaps_right().await;
+        if diffs.is_empty() && !unsettled {
+            return format!(
+                "{controllers}; kix did its part: every ConfigMap of the build live, records settled ({}), reruns: {reruns:?}",
+                phases(&recs)
+            );
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(400),
+            "{context} ({controllers}): after reruns {reruns:?}, kix still has ConfigMaps wrong ({diffs:#?}) or records unsettled ({})",
+            phases(&recs)
+        );
+        let out = deploy(kubeconfig, gcroots, cluster, path);
+        reruns.push(format!("exit {:?}: {}", out.code, error_line(&out.stderr)));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apiserver_restarts_and_etcd_outage_on_a_private_control_plane() {
     let cp = PrivateControlPlane::start();
@@ -721,6 +993,9 @@ async fn apiserver_restarts_and_etcd_outage_on_a_private_control_plane() {
     let cluster = "fault-cp";
     let ns = "fault-cp";
     create_namespace(&client, ns).await;
+    // The probe lives apart from kix's objects.
+    create_namespace(&client, "fault-probe").await;
+    let mut probe = Probe::create(&client, cp.path(), "fault-probe").await;
     let builds = Builds::new(&client, scratch.path(), "fault-cp", cluster, ns).await;
 
     // 1. kube-apiserver restarted mid-deploy (a fresh 500-object deploy).
@@ -731,6 +1006,7 @@ async fn apiserver_restarts_and_etcd_outage_on_a_private_control_plane() {
         &builds.paths[0],
         scratch.path(),
         "apiserver",
+        &["--timeout", KIX_TIMEOUT],
     );
     let live = wait_applying(&client, cluster, ns, 0, 50).await;
     let cp_dir = cp.path().to_path_buf();
@@ -747,31 +1023,26 @@ async fn apiserver_restarts_and_etcd_outage_on_a_private_control_plane() {
     // Restarting (stop, start, ready) takes a while; the deploy runs on
     // meanwhile and meets the outage.
     let started = Instant::now();
-    let (code, line) = finish(child, scratch.path(), "apiserver", Duration::from_secs(180)).await;
+    let (code, line) = finish(child, scratch.path(), "apiserver", Duration::from_secs(240)).await;
     let (out, restart_took) = restart.await.expect("join");
     assert_eq!(out.code, Some(0), "restart kube-apiserver: {out}");
-    let rerun = rerun_until_converged(
+    let controllers = controllers_after(&cp, &mut probe, "apiserver").await;
+    let outcome = kix_after_fault(
+        cp.path(),
+        &client,
         &kubeconfig,
         &gcroots,
         cluster,
+        ns,
         &builds.paths[0],
-        &[],
-        true,
-        Duration::from_secs(120),
+        &builds.expected[0],
+        &controllers,
+        "after the apiserver restart",
     )
     .await;
-    let diffs = differences(&client, ns, &builds.expected[0]).await;
-    assert!(diffs.is_empty(), "after the apiserver restart: {diffs:#?}");
-    assert_settled(
-        &records(&client, cluster).await,
-        "after the apiserver restart",
-    );
     eprintln!(
-        "fault apiserver-restart-mid-deploy: restart ({:.1}s) began with {live} of 500 objects applied; the deploy exited {code:?} (\"{line}\"); reruns: {} refused by the lease, {} failed ({:?}); converged {:.1}s after the restart began",
+        "fault apiserver-restart-mid-deploy: restart ({:.1}s) began with {live} of 500 objects applied; the deploy exited {code:?} (\"{line}\"); {outcome}; {:.1}s after the restart began",
         restart_took.as_secs_f64(),
-        rerun.blocked,
-        rerun.other_failures.len(),
-        rerun.other_failures.first(),
         started.elapsed().as_secs_f64()
     );
 
@@ -784,6 +1055,7 @@ async fn apiserver_restarts_and_etcd_outage_on_a_private_control_plane() {
         &builds.paths[1],
         scratch.path(),
         "etcd",
+        &["--timeout", KIX_TIMEOUT],
     );
     let live = wait_applying(&client, cluster, ns, before, 1).await;
     let started = Instant::now();
@@ -792,32 +1064,30 @@ async fn apiserver_restarts_and_etcd_outage_on_a_private_control_plane() {
     cp.component("start", "etcd");
     let down_for = started.elapsed();
     // kube-controller-manager 1.36 does not always recover from an etcd
-    // outage: seen in CI (2026-11-30), its ReplicaSet syncs failed with
-    // "read version … is not as new as written version …" and it created no
-    // Pods afterwards, so the deploy waited (and re-listed every 15 s) for
-    // Deployments that never rolled out. That is the control plane's fault,
-    // not kix's, and this test is about kix: restart the controllers.
-    cp.component("restart", "kube-controller-manager");
-    let (code, line) = finish(child, scratch.path(), "etcd", Duration::from_secs(180)).await;
-    let rerun = rerun_until_converged(
+    // outage: seen in CI, its ReplicaSet syncs failed with "read version …
+    // is not as new as written version …" (the StaleControllerConsistency
+    // checks, beta in 1.36) and it created no Pods afterwards, even after a
+    // restart: the ReplicaSets written before the outage were never scaled
+    // down. The probe, a Deployment of no kix's rolled out after the fault,
+    // tells that apart from kix's failure.
+    let (code, line) = finish(child, scratch.path(), "etcd", Duration::from_secs(240)).await;
+    let controllers = controllers_after(&cp, &mut probe, "etcd").await;
+    let outcome = kix_after_fault(
+        cp.path(),
+        &client,
         &kubeconfig,
         &gcroots,
         cluster,
+        ns,
         &builds.paths[1],
-        &[],
-        true,
-        Duration::from_secs(120),
+        &builds.expected[1],
+        &controllers,
+        "after the etcd outage",
     )
     .await;
-    let diffs = differences(&client, ns, &builds.expected[1]).await;
-    assert!(diffs.is_empty(), "after the etcd outage: {diffs:#?}");
-    assert_settled(&records(&client, cluster).await, "after the etcd outage");
     eprintln!(
-        "fault etcd-down-mid-deploy: etcd killed ({live} objects live) and started again after {:.1}s; the deploy exited {code:?} (\"{line}\"); reruns: {} refused by the lease, {} failed ({:?}); converged {:.1}s after etcd went down",
+        "fault etcd-down-mid-deploy: etcd killed ({live} objects live) and started again after {:.1}s; the deploy exited {code:?} (\"{line}\"); {outcome}; {:.1}s after etcd went down",
         down_for.as_secs_f64(),
-        rerun.blocked,
-        rerun.other_failures.len(),
-        rerun.other_failures.first(),
         started.elapsed().as_secs_f64()
     );
 

@@ -3,45 +3,10 @@
 //! before changing anything, and `status --operator` reports no active
 //! activation.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-/// A control plane of its own, stopped when dropped.
-struct PrivateControlPlane {
-    dir: tempfile::TempDir,
-}
-
-impl PrivateControlPlane {
-    fn start() -> PrivateControlPlane {
-        let dir = tempfile::tempdir().expect("tmp");
-        let script = kix_testkit::repo_root().join("checks/control-plane");
-        let out = Command::new(&script)
-            .arg("up")
-            .env("KIX_CP_DIR", dir.path())
-            .output()
-            .expect("control-plane up");
-        assert!(
-            out.status.success(),
-            "control-plane up: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PrivateControlPlane { dir }
-    }
-
-    fn kubeconfig(&self) -> PathBuf {
-        self.dir.path().join("admin.kubeconfig")
-    }
-}
-
-impl Drop for PrivateControlPlane {
-    fn drop(&mut self) {
-        let script = kix_testkit::repo_root().join("checks/control-plane");
-        let _ = Command::new(script)
-            .arg("down")
-            .env("KIX_CP_DIR", self.dir.path())
-            .output();
-    }
-}
+use kix_testkit::PrivateControlPlane;
 
 fn kix(kubeconfig: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kix"))

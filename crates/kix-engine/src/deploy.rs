@@ -267,6 +267,11 @@ pub async fn deploy(
             rolled_back_to: None,
         });
     }
+    // Before any change: the build's GC root can be written (a user without
+    // a roots directory of their own is told what to do).
+    if kix_manifest::StorePath::parse(&plan.store_path).is_ok() {
+        kix_nix::GcRoots::from_env().check_writable(&plan.cluster)?;
+    }
     let lease = DeployLease::acquire(
         client.clone(),
         &plan.cluster,

@@ -53,6 +53,8 @@ pub enum EngineError {
         expected: String,
         found: String,
     },
+    #[error(transparent)]
+    Nix(#[from] kix_nix::NixError),
     #[error("waiting: {0}")]
     Wait(String),
     #[error("{0}")]

@@ -367,8 +367,7 @@ async fn reconcile_finds_no_drift_in_what_it_just_applied() {
                 "containers": [{"name": "main", "image": "example.invalid/app:1",
                     "ports": [{"containerPort": 8080}],
                     "resources": {"requests": {"cpu": "0.5", "memory": "1Gi"},
-                                  "limits": {"cpu": "1000m"}}}],
-                "tolerations": [{"operator": "Exists"}]}}}),
+                                  "limits": {"cpu": "1000m"}}}]}}}),
         ),
         yaml(
             &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},

@@ -193,7 +193,7 @@ impl<T: Clone + Send + 'static> Recorder<T> {
         });
         tokio::time::timeout(Duration::from_secs(30), ready_rx)
             .await
-            .expect("watch established")
+            .expect("the watch was not established within 30 s")
             .expect("watch task");
         Recorder { seen, task }
     }

@@ -126,8 +126,7 @@ async fn immutable_field_plans_a_replace_naming_the_field() {
             "selector": {"matchLabels": {"app": "web", "tier": "front"}},
             "template": {
                 "metadata": {"labels": {"app": "web", "tier": "front"}},
-                "spec": {"containers": [{"name": "main", "image": "example.invalid/app:1"}],
-                         "tolerations": [{"operator": "Exists"}]}
+                "spec": {"containers": [{"name": "main", "image": "example.invalid/app:1"}]}
             }
         }
     }))]);

@@ -49,7 +49,7 @@ async fn records_are_numbered_phased_and_carry_a_receipt() {
     let outcome = kit.deploy(&first).await;
     let phases = tokio::time::timeout(Duration::from_secs(10), phases)
         .await
-        .expect("record settles")
+        .expect("the record did not reach a final phase within 10 s of the deploy")
         .expect("watch task");
     assert_eq!(phases, [Phase::Pending, Phase::Applying, Phase::Active]);
     assert_eq!(

@@ -67,6 +67,17 @@ pub enum NixError {
     #[error("invalid GC root name {name:?}: {reason}")]
     InvalidRootName { name: String, reason: &'static str },
 
+    /// The GC roots directory cannot be written by this user.
+    #[error(
+        "cannot write Nix GC roots in {}: {source}; kix keeps every deployed build alive with a root there, so nothing was changed. Set KIX_GCROOTS_DIR to a directory you can write under /nix/var/nix/gcroots, or have root create your per-user directory: `install -d -o $USER /nix/var/nix/gcroots/per-user/$USER` (a multi-user Nix daemon creates it when you first use Nix)",
+        dir.display()
+    )]
+    GcRootsNotWritable {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// File-system trouble in the GC roots directory.
     #[error("{path}: {source}")]
     Io {

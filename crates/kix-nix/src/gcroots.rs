@@ -3,11 +3,14 @@
 //!
 //! A root is the symlink `<dir>/<cluster>/<activation>` -> the store path,
 //! made by `nix-store --add-root <link> --indirect --realise <path>`. Nix
-//! registers it in `/nix/var/nix/gcroots/auto/`, so the link keeps the path
-//! alive wherever `<dir>` is (the default, `/nix/var/nix/gcroots/kix`, is
-//! inside the GC roots tree and is a root by itself as well). Removing the
-//! link drops the root; the dangling `auto/` entry is cleaned up by Nix's
-//! next collection.
+//! registers it in `/nix/var/nix/gcroots/auto/` (through the daemon on a
+//! multi-user install), so the link keeps the path alive wherever `<dir>` is.
+//! The defaults are inside the GC roots tree, which the collector scans, so
+//! each link is a root by itself as well: `/nix/var/nix/gcroots/kix` for
+//! root, and for any other user `/nix/var/nix/gcroots/per-user/<user>/kix`,
+//! under the per-user directory that Nix's daemon creates, owned by the user,
+//! when the user first connects. Removing the link drops the root; the
+//! dangling `auto/` entry is cleaned up by Nix's next collection.
 
 use std::path::{Path, PathBuf};
 
@@ -16,8 +19,11 @@ use kix_manifest::StorePath;
 use crate::NixError;
 use crate::command::{NIX_STORE, NixCommand};
 
-/// Where kix keeps its roots unless told otherwise.
+/// Where kix keeps its roots when run as root, unless told otherwise.
 pub const DEFAULT_GCROOTS_DIR: &str = "/nix/var/nix/gcroots/kix";
+
+/// Nix's per-user GC roots directories: `<this>/<user>`, owned by the user.
+pub const PER_USER_GCROOTS: &str = "/nix/var/nix/gcroots/per-user";
 
 /// Environment variable that overrides [`DEFAULT_GCROOTS_DIR`].
 pub const GCROOTS_DIR_ENV: &str = "KIX_GCROOTS_DIR";
@@ -40,10 +46,28 @@ pub struct GcRoots {
 }
 
 impl Default for GcRoots {
-    /// `$KIX_GCROOTS_DIR`, else `/nix/var/nix/gcroots/kix`.
+    /// `$KIX_GCROOTS_DIR`, else the default of the user kix runs as.
     fn default() -> Self {
         Self::from_env()
     }
+}
+
+/// The roots directory of the effective user when `KIX_GCROOTS_DIR` is not
+/// set: [`DEFAULT_GCROOTS_DIR`] for root, else
+/// `/nix/var/nix/gcroots/per-user/<user>/kix` (the user's name from the
+/// password database, as Nix finds it, else `$USER`).
+pub fn default_gcroots_dir() -> PathBuf {
+    let uid = ::nix::unistd::geteuid();
+    if uid.is_root() {
+        return PathBuf::from(DEFAULT_GCROOTS_DIR);
+    }
+    let user = ::nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| uid.to_string());
+    Path::new(PER_USER_GCROOTS).join(user).join("kix")
 }
 
 impl GcRoots {
@@ -52,11 +76,11 @@ impl GcRoots {
         GcRoots { dir: dir.into() }
     }
 
-    /// `$KIX_GCROOTS_DIR` when set and not empty, else the default.
+    /// `$KIX_GCROOTS_DIR` when set and not empty, else [`default_gcroots_dir`].
     pub fn from_env() -> Self {
         match std::env::var_os(GCROOTS_DIR_ENV) {
             Some(dir) if !dir.is_empty() => Self::new(dir),
-            _ => Self::new(DEFAULT_GCROOTS_DIR),
+            _ => Self::new(default_gcroots_dir()),
         }
     }
 
@@ -74,6 +98,22 @@ impl GcRoots {
         check_name(cluster)?;
         check_name(activation)?;
         Ok(self.dir.join(cluster).join(activation))
+    }
+
+    /// Checks, before a deploy changes anything, that roots of `cluster` can
+    /// be written: makes `<dir>/<cluster>` and a file in it (removed again).
+    pub fn check_writable(&self, cluster: &str) -> Result<(), NixError> {
+        check_name(cluster)?;
+        let dir = self.dir.join(cluster);
+        let not_writable = |source| NixError::GcRootsNotWritable {
+            dir: self.dir.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&dir).map_err(not_writable)?;
+        let probe = dir.join(format!(".kix-write-check-{}", std::process::id()));
+        std::fs::File::create(&probe).map_err(not_writable)?;
+        let _ = std::fs::remove_file(&probe);
+        Ok(())
     }
 
     /// Makes `path` a GC root for `<cluster>/<activation>` (realising it if

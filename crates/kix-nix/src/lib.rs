@@ -23,6 +23,8 @@ mod store;
 
 pub use build::{BuildError, BuildOptions, BuildSource, build, build_and_read, read_build};
 pub use error::NixError;
-pub use gcroots::{DEFAULT_GCROOTS_DIR, GCROOTS_DIR_ENV, GcRoot, GcRoots};
+pub use gcroots::{
+    DEFAULT_GCROOTS_DIR, GCROOTS_DIR_ENV, GcRoot, GcRoots, PER_USER_GCROOTS, default_gcroots_dir,
+};
 pub use kix_manifest::StorePath;
 pub use store::{add_to_store, ensure_valid, is_valid, realise, resolve_path, store_dir};

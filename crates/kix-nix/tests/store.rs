@@ -232,7 +232,7 @@ fn gc_roots_dir_from_environment_or_default() {
     // Read-only look at the environment: whatever it is, the dir follows it.
     let expected = match std::env::var_os(kix_nix::GCROOTS_DIR_ENV) {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => PathBuf::from(kix_nix::DEFAULT_GCROOTS_DIR),
+        _ => kix_nix::default_gcroots_dir(),
     };
     assert_eq!(GcRoots::default().dir(), expected);
     assert_eq!(GcRoots::from_env().dir(), expected);

@@ -484,7 +484,7 @@ async fn two_replicas_only_one_leads_and_a_killed_leader_is_replaced() {
     while leading(&ops).len() != 1 {
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "no single leader"
+            "no single leader among the operator replicas within 30 s"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -500,7 +500,7 @@ async fn two_replicas_only_one_leads_and_a_killed_leader_is_replaced() {
     while ops[standby].metric("kix_operator_leader") != Some(1.0) {
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "the standby never took over"
+            "the standby did not take over within 30 s of the leader's kill"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

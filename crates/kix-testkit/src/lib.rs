@@ -15,6 +15,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 pub mod audit;
+mod private;
+
+pub use private::PrivateControlPlane;
 
 /// Label on every namespace the kit creates, with the test's name as value.
 pub const TEST_LABEL: &str = "kix.run/test";

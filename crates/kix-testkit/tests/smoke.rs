@@ -1,14 +1,16 @@
 //! The control plane works end to end: server-side apply of a Namespace, a
 //! ConfigMap and a Deployment, and the Deployment becomes Available on the KWOK
 //! nodes (which needs the apiserver, etcd, the controller-manager, the
-//! scheduler and KWOK all running).
+//! scheduler and KWOK all running). The Deployment is an ordinary one, as a
+//! user brings it: no tolerations, so the fake nodes must be Ready and
+//! untainted.
 
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kix_testkit::TestEnv;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 
 #[tokio::test]
@@ -57,8 +59,7 @@ async fn server_side_apply_and_deployment_becomes_available() {
             "template": {
                 "metadata": {"labels": {"app": "web"}},
                 "spec": {
-                    "containers": [{"name": "web", "image": "example.invalid/web:1"}],
-                    "tolerations": [{"operator": "Exists"}]
+                    "containers": [{"name": "web", "image": "example.invalid/web:1"}]
                 }
             }
         }
@@ -84,4 +85,36 @@ async fn server_side_apply_and_deployment_becomes_available() {
     kix_testkit::delete_namespace(&env.client, &ns)
         .await
         .expect("cleanup");
+}
+
+#[tokio::test]
+async fn the_fake_nodes_are_ready_and_untainted() {
+    let client = kix_testkit::client().await.expect("control plane");
+    let nodes: Api<Node> = Api::all(client);
+    let nodes = nodes
+        .list(&ListParams::default().labels("type=kwok"))
+        .await
+        .expect("list nodes")
+        .items;
+    assert_eq!(nodes.len(), 2, "the control plane has two KWOK nodes");
+    for node in nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let spec = node.spec.unwrap_or_default();
+        assert_eq!(
+            spec.taints.unwrap_or_default(),
+            vec![],
+            "node {name} is tainted: Pods without tolerations would not schedule there"
+        );
+        let ready = node
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "Ready");
+        assert_eq!(
+            ready.as_ref().map(|c| c.status.as_str()),
+            Some("True"),
+            "node {name} is not Ready: {ready:?}"
+        );
+    }
 }

@@ -204,11 +204,11 @@ pub fn configmap(name: &str, data: &str) -> String {
 /// so it never becomes Available.
 pub fn deployment(name: &str, schedulable: bool) -> String {
     let placement = if schedulable {
-        "tolerations: [{operator: Exists}]"
+        ""
     } else {
-        "nodeSelector: {kix-test: nowhere}"
+        "      nodeSelector: {kix-test: nowhere}\n"
     };
     format!(
-        "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      {placement}\n      containers: [{{name: app, image: example.invalid/app:1}}]\n"
+        "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n{placement}      containers: [{{name: app, image: example.invalid/app:1}}]\n"
     )
 }

@@ -169,79 +169,8 @@ pub async fn client_for(kubeconfig: &Path) -> Client {
     Client::try_from(config).expect("client")
 }
 
-/// A control plane of the test's own (`KIX_CP_DIR=<tempdir> checks/control-plane
-/// up`), for faults that would disturb every other test: restarting the
-/// apiserver, stopping etcd. Stopped when dropped.
-pub struct PrivateControlPlane {
-    dir: PathBuf,
-}
-
-impl PrivateControlPlane {
-    pub fn start() -> PrivateControlPlane {
-        let dir = tempfile::Builder::new()
-            .prefix("kix-cp-")
-            .tempdir()
-            .expect("tempdir")
-            .keep();
-        let cp = PrivateControlPlane { dir };
-        let started = Instant::now();
-        let out = cp.script(&["up"]);
-        assert!(
-            out.code == Some(0),
-            "private control plane did not start:\n{out}"
-        );
-        eprintln!(
-            "private control plane up in {:.1}s ({})",
-            started.elapsed().as_secs_f64(),
-            cp.path().display()
-        );
-        cp
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.dir
-    }
-
-    pub fn kubeconfig(&self) -> PathBuf {
-        self.path().join("admin.kubeconfig")
-    }
-
-    /// `checks/control-plane <args>` for this control plane.
-    pub fn script(&self, args: &[&str]) -> Run {
-        run(
-            Command::new(kix_testkit::repo_root().join("checks/control-plane"))
-                .args(args)
-                .env("KIX_CP_DIR", self.path())
-                .stdin(Stdio::null()),
-        )
-    }
-
-    /// `checks/control-plane <verb> <component>`, asserting it worked;
-    /// returns how long it took.
-    pub fn component(&self, verb: &str, component: &str) -> Duration {
-        let started = Instant::now();
-        let out = self.script(&[verb, component]);
-        assert!(
-            out.code == Some(0),
-            "control-plane {verb} {component}:\n{out}"
-        );
-        started.elapsed()
-    }
-}
-
-impl Drop for PrivateControlPlane {
-    fn drop(&mut self) {
-        let _ = self.script(&["down"]);
-        if std::thread::panicking() {
-            eprintln!(
-                "private control plane stopped; its logs are kept in {}/logs",
-                self.path().display()
-            );
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
+#[allow(unused_imports)]
+pub use kix_testkit::PrivateControlPlane;
 
 /// `nix-store --add <dir>`: the store path of a tree.
 pub fn add_to_store(dir: &Path) -> String {

@@ -418,7 +418,6 @@ pub fn deployment(name: &str, available: bool) -> String {
 pub fn deployment_with(name: &str, available: bool, extra_spec: &Value) -> String {
     let mut pod_spec = json!({
         "containers": [{"name": "main", "image": "example.invalid/app:1"}],
-        "tolerations": [{"operator": "Exists"}],
     });
     if !available {
         pod_spec["nodeSelector"] = json!({"kix.run/test-no-such-node": "true"});
