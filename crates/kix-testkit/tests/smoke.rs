@@ -103,7 +103,7 @@ async fn the_fake_nodes_are_ready_and_untainted() {
         assert_eq!(
             spec.taints.unwrap_or_default(),
             vec![],
-            "node {name} is tainted: Pods without tolerations would not schedule there"
+            "node {name} is tainted: Pods without tolerations would not schedule there (`checks/control-plane up` takes the not-ready taint off)"
         );
         let ready = node
             .status
