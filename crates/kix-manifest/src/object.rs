@@ -215,6 +215,10 @@ pub struct Object {
     /// The file it came from, relative to the tree root
     /// (`packages/web/resources/deploy.yaml`).
     pub source: PathBuf,
+    /// Its document in that file, from 1 (the items of a `kind: List`
+    /// document share its number). For messages; not part of the plan.
+    #[serde(skip)]
+    pub document: usize,
     /// The package it belongs to.
     pub package: String,
 }

@@ -704,7 +704,7 @@ impl Reader<'_> {
                 .map_err(|(items, error)| invalid(items, error))?;
             for (items, manifest) in flat.drain(..) {
                 let object = self
-                    .make_object(manifest, file, package, namespace)
+                    .make_object(manifest, file, document, package, namespace)
                     .map_err(|e| match e {
                         MakeError::Key(error) => invalid(items.clone(), error),
                         MakeError::TooLarge(key) => TreeError::ObjectTooLarge {
@@ -727,6 +727,7 @@ impl Reader<'_> {
         &self,
         mut manifest: Value,
         file: &Path,
+        document: usize,
         package: &str,
         namespace: Option<&str>,
     ) -> Result<Object, MakeError> {
@@ -754,6 +755,7 @@ impl Reader<'_> {
             api_version,
             manifest,
             source: file.to_path_buf(),
+            document,
             package: package.to_owned(),
         })
     }
@@ -816,7 +818,7 @@ pub(crate) fn parse_yaml_full(text: &str) -> Result<Vec<Value>, serde_saphyr::Er
 
 /// The line where the `document`th (1-based, counting non-empty documents)
 /// document of a YAML file starts: the file is parsed again, with spans.
-fn yaml_document_line(bytes: &[u8], document: usize) -> Option<u32> {
+pub fn yaml_document_line(bytes: &[u8], document: usize) -> Option<u32> {
     let text = std::str::from_utf8(bytes).ok()?;
     let docs: Vec<serde_saphyr::Spanned<serde::de::IgnoredAny>> =
         serde_saphyr::from_multiple_with_options(text, yaml_options()).ok()?;
