@@ -596,7 +596,41 @@ let
         (isAttrs evaluatedSettings)
       ] (drv // info // { passthru = info; })
     );
+
+  # kix.lib.checkCluster { pkgs, cluster, kix, kubernetesVersion ? null }
+  #
+  # A derivation that runs `kix validate --path <cluster>` on a built Kix
+  # cluster (the result of mkCluster, or any manifest tree): it builds (an
+  # empty output) when every object matches the Kubernetes API schemas and
+  # the cluster's own CRDs, and fails with kix's messages otherwise. For a
+  # flake's `checks`, so `nix flake check` fails on an invalid manifest.
+  # `kix` is the kix package (its bin/kix runs in the build); like
+  # mkCluster, only `pkgs.runCommand` is used.
+  checkCluster =
+    {
+      pkgs,
+      cluster,
+      kix,
+      kubernetesVersion ? null,
+    }:
+    let
+      versionFlag =
+        if kubernetesVersion == null then
+          ""
+        else
+          " --kubernetes-version ${shellQuote kubernetesVersion}";
+    in
+    pkgs.runCommand "kix-check-${cluster.cluster or "cluster"}"
+      {
+        preferLocalBuild = true;
+        allowSubstitutes = false;
+      }
+      ''
+        set -e
+        ${shellQuote "${kix}/bin/kix"} validate --path ${shellQuote "${cluster}"}${versionFlag}
+        : > "$out"
+      '';
 in
 {
-  inherit mkCluster format;
+  inherit mkCluster checkCluster format;
 }

@@ -156,6 +156,13 @@ fn object_text(out: &mut String, object: &PlannedObject, style: Style) {
         let _ = write!(line, " [{note}]");
     }
     let _ = writeln!(out, "{line}");
+    for warning in &object.warnings {
+        let _ = writeln!(
+            out,
+            "      {}",
+            style.paint("33", &format!("warning: {warning}"))
+        );
+    }
     for change in &object.changes {
         let show = |v: &Option<serde_json::Value>| {
             v.as_ref()
@@ -169,5 +176,38 @@ fn object_text(out: &mut String, object: &PlannedObject, style: Style) {
             show(&change.new)
         );
         let _ = writeln!(out, "{}", style.paint("2", &text));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kix_manifest::ObjectKey;
+
+    #[test]
+    fn the_servers_warnings_follow_their_object() {
+        let object = PlannedObject {
+            key: ObjectKey {
+                group: "apps".into(),
+                kind: "Deployment".into(),
+                namespace: Some("web".into()),
+                name: "web".into(),
+            },
+            api_version: "apps/v1".into(),
+            package: "web".into(),
+            action: Action::Create,
+            changes: vec![],
+            fields: vec![],
+            destructive: false,
+            note: None,
+            warnings: vec!["spec.template.spec.nodeSelector[beta.kubernetes.io/os]: deprecated since v1.14; use \"kubernetes.io/os\" instead".into()],
+            activations: Default::default(),
+        };
+        let mut out = String::new();
+        object_text(&mut out, &object, Style { color: false });
+        assert_eq!(
+            out,
+            "  create    Deployment.apps web/web\n      warning: spec.template.spec.nodeSelector[beta.kubernetes.io/os]: deprecated since v1.14; use \"kubernetes.io/os\" instead\n"
+        );
     }
 }

@@ -553,6 +553,7 @@ mod tests {
             fields: vec![],
             destructive: false,
             note: None,
+            warnings: vec![],
             activations: Default::default(),
         }
     }

@@ -72,6 +72,9 @@ pub struct PlannedObject {
     pub destructive: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The server's warnings on its dry-run (deprecated APIs, ignored values).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// The activations annotation the object will carry (apply) or keep (trim).
     #[serde(skip)]
     pub activations: BTreeSet<String>,
@@ -369,6 +372,7 @@ pub async fn plan(
             fields: vec![],
             destructive: false,
             note,
+            warnings: vec![],
             activations,
         });
     }
@@ -460,6 +464,7 @@ pub async fn plan(
                 fields: vec![],
                 destructive: action == Action::Delete && is_destructive(&l.key),
                 note,
+                warnings: vec![],
                 activations: others,
             });
         }
@@ -557,7 +562,7 @@ async fn dry_run(
         return Ok(planned);
     }
     let api = api_for(client, d);
-    let mut params = PatchParams::apply(FIELD_MANAGER);
+    let mut params = PatchParams::apply(FIELD_MANAGER).validation_strict();
     params.dry_run = true;
     // Adoption and drift correction take over what other managers set, as
     // the real apply will.
@@ -575,17 +580,19 @@ async fn dry_run(
             None => read_live(&api, &d.key.name, listed_version).await,
         }
     };
-    let patch = Patch::Apply(&manifest);
-    let (mut result, live_read) = tokio::join!(api.patch(&d.key.name, &params, &patch), live_read);
-    if let Err(kube::Error::Api(status)) = &result
+    let (mut result, live_read) = tokio::join!(
+        patch_with_warnings(client, &api, &d.key.name, &params, &manifest),
+        live_read
+    );
+    if let (Err(kube::Error::Api(status)), _) = &result
         && !params.force
         && conflicts_only_on_kix_annotations(status)
     {
         params.force = true;
-        result = api
-            .patch(&d.key.name, &params, &Patch::Apply(&manifest))
-            .await;
+        result = patch_with_warnings(client, &api, &d.key.name, &params, &manifest).await;
     }
+    let (result, warnings) = result;
+    planned.warnings = warnings;
     match result {
         Ok(result) => {
             if matches!(planned.action, Action::Update | Action::Adopt) {
@@ -635,6 +642,62 @@ async fn dry_run(
             key: d.key.clone(),
             source,
         }),
+    }
+}
+
+/// An apply patch, with the server's `Warning` headers (which kube's `Api`
+/// drops): a raw request through the same client.
+async fn patch_with_warnings(
+    client: &Client,
+    api: &Api<DynamicObject>,
+    name: &str,
+    params: &PatchParams,
+    manifest: &Value,
+) -> (kube::Result<DynamicObject>, Vec<String>) {
+    let request = match kube::core::Request::new(api.resource_url()).patch(
+        name,
+        params,
+        &Patch::Apply(manifest),
+    ) {
+        Ok(request) => request.map(kube::client::Body::from),
+        Err(e) => return (Err(kube::Error::BuildRequest(e)), vec![]),
+    };
+    let response = match client.send(request).await {
+        Ok(response) => response,
+        Err(e) => return (Err(e), vec![]),
+    };
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(warning_text)
+        .collect();
+    let code = response.status().as_u16();
+    let body = match response.into_body().collect_bytes().await {
+        Ok(body) => body,
+        Err(e) => return (Err(e), warnings),
+    };
+    let result = if code >= 400 {
+        let status = serde_json::from_slice::<kube::core::Status>(&body).unwrap_or_else(|_| {
+            kube::core::Status::failure(&String::from_utf8_lossy(&body), "").with_code(code)
+        });
+        Err(kube::Error::Api(status.boxed()))
+    } else {
+        serde_json::from_slice(&body).map_err(kube::Error::SerdeError)
+    };
+    (result, warnings)
+}
+
+/// The text of a `Warning` header: `299 - "text"` → `text`.
+fn warning_text(header: &str) -> String {
+    let text = header
+        .strip_prefix("299 - ")
+        .or_else(|| header.strip_prefix("299 "))
+        .unwrap_or(header);
+    match serde_json::from_str::<String>(text) {
+        Ok(unquoted) => unquoted,
+        Err(_) => text.to_owned(),
     }
 }
 

@@ -462,11 +462,11 @@ impl Walker<'_> {
     /// an ObjectMeta.
     fn check_embedded(&mut self, map: &Map<String, Value>, path: &mut String) {
         for field in ["apiVersion", "kind"] {
-            if !map
+            let missing = map
                 .get(field)
                 .and_then(Value::as_str)
-                .is_some_and(|s| !s.is_empty())
-            {
+                .is_none_or(str::is_empty);
+            if missing {
                 self.report(
                     &join_field(path, field),
                     Problem::EmbeddedIdentity { field },

@@ -12,6 +12,7 @@ use kix_manifest::Build;
 use kix_nix::{BuildOptions, BuildSource, StorePath};
 use serde::Serialize;
 
+use super::validate::{self, VersionArg};
 use super::{GlobalArgs, OutputFormat};
 
 #[derive(Debug, Args)]
@@ -25,6 +26,14 @@ pub struct BuildArgs {
     /// Output format on stdout.
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+
+    /// Do not check the objects against the Kubernetes API schemas and the
+    /// build's CRDs (see `kix validate`).
+    #[arg(long)]
+    pub no_validate: bool,
+
+    #[command(flatten)]
+    pub version: VersionArg,
 
     /// Extra arguments for `nix build`, after `--` (e.g. `-- --show-trace`).
     #[arg(last = true, value_name = "NIX_ARGS")]
@@ -111,7 +120,13 @@ pub async fn exec(args: BuildArgs, global: &GlobalArgs) -> anyhow::Result<ExitCo
         .source
         .build_and_read(&args.cluster, global, &args.nix_args)
         .await?;
-    let summary = Summary::new(&path, &build);
+    let validation = if args.no_validate {
+        None
+    } else {
+        Some(args.version.validate(&build)?)
+    };
+    let mut summary = Summary::new(&path, &build);
+    summary.validation = validation;
     let text = match args.output {
         OutputFormat::Json => {
             let mut text = serde_json::to_string_pretty(&summary)?;
@@ -123,7 +138,25 @@ pub async fn exec(args: BuildArgs, global: &GlobalArgs) -> anyhow::Result<ExitCo
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
     stdout.flush()?;
-    Ok(ExitCode::SUCCESS)
+    let Some(report) = &summary.validation else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    if args.output == OutputFormat::Text {
+        // The summary is stdout; what is wrong goes with the other errors.
+        for finding in &report.findings {
+            eprintln!("error: {finding}");
+        }
+        if !report.is_valid() {
+            eprintln!(
+                "{} (--no-validate skips this check)",
+                validate::verdict(report)
+            );
+        }
+        if !global.quiet {
+            validate::print_unchecked(report);
+        }
+    }
+    Ok(validate::exit_code(report))
 }
 
 /// What `kix build` reports; `--output json` prints it as is.
@@ -136,6 +169,9 @@ struct Summary {
     packages: Vec<PackageSummary>,
     /// Object counts per kind (`Deployment.apps`, `ConfigMap`).
     kinds: BTreeMap<String, usize>,
+    /// The schema check (absent with `--no-validate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    validation: Option<kix_validate::Report>,
 }
 
 #[derive(Debug, Serialize)]
@@ -160,6 +196,7 @@ impl Summary {
                 })
                 .collect(),
             kinds: build.summary().by_kind,
+            validation: None,
         }
     }
 

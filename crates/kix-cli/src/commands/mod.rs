@@ -14,6 +14,7 @@ pub mod operator;
 pub mod plan;
 pub mod rollback;
 pub mod status;
+pub mod validate;
 
 #[derive(Debug, Parser)]
 #[command(name = "kix", version, about = "Deploy what Nix builds to Kubernetes")]
@@ -64,6 +65,9 @@ pub enum OutputFormat {
 pub enum Command {
     /// Build a Kix cluster with Nix and summarise the manifest tree.
     Build(build::BuildArgs),
+    /// Check a build against the Kubernetes API schemas and its own CRDs,
+    /// without a cluster.
+    Validate(validate::ValidateArgs),
     /// Show what a deploy would change, without changing anything.
     Plan(plan::PlanArgs),
     /// Build, plan, confirm, then apply, wait for health and prune.
@@ -88,6 +92,7 @@ pub enum Command {
 pub async fn exec(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Build(args) => build::exec(args, &cli.global).await,
+        Command::Validate(args) => validate::exec(args, &cli.global).await,
         Command::Plan(args) => plan::exec(args, &cli.global).await,
         Command::Deploy(args) => deploy::exec(args, &cli.global).await,
         Command::Rollback(args) => rollback::exec(args, &cli.global).await,
