@@ -1,4 +1,4 @@
-//! The corpus against the real apiserver (the pinned control plane): every
+//! The kix-validate corpus (crates/kix-validate/tests/{invalid,valid}) against the real apiserver (the pinned control plane): every
 //! object the validator finds fault with is rejected by a server-side
 //! dry-run with strict field validation, and every object it passes is
 //! accepted. CRDs of a case are created for real first. This is what keeps
@@ -28,7 +28,7 @@ fn run(cmd: &mut Command) -> (bool, String) {
 }
 
 fn cases() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kix-validate/tests");
     let mut files = Vec::new();
     for dir in ["invalid", "valid"] {
         for entry in std::fs::read_dir(root.join(dir)).expect("corpus") {
