@@ -232,43 +232,77 @@ fn kix_package() -> tempfile::TempDir {
     dir
 }
 
-fn nix_build_check(attr: &str, kix_dir: &Path) -> Run {
-    run_of(
-        Command::new("nix")
-            .args([
-                "--extra-experimental-features",
-                "nix-command flakes",
-                "--offline",
-            ])
-            .args(["--option", "substituters", ""])
-            .args(["build", "--no-link", "-L", "-f"])
-            .arg(check_cluster_file())
-            .arg("--argstr")
-            .arg("kix")
-            .arg(kix_dir)
-            .arg(attr),
-    )
+fn nix_build_check(attr: &str, kix_dir: &Path, sandboxed: bool) -> Run {
+    let mut cmd = Command::new("nix");
+    cmd.args([
+        "--extra-experimental-features",
+        "nix-command flakes",
+        "--offline",
+    ])
+    .args(["--option", "substituters", ""]);
+    if sandboxed {
+        // As in a user's `nix flake check`: a sandbox, with the host tools
+        // the host-tools builder needs and the kix under test.
+        let exe = env!("CARGO_BIN_EXE_kix");
+        let dir = kix_dir.display();
+        let paths = format!("{} {dir}={dir} {exe}={exe}", host_tools_sandbox_paths());
+        cmd.args([
+            "--option",
+            "sandbox",
+            "true",
+            "--option",
+            "sandbox-fallback",
+            "false",
+        ])
+        .args(["--option", "sandbox-paths", &paths]);
+    }
+    cmd.args(["build", "--no-link", "-L", "-f"])
+        .arg(check_cluster_file())
+        .arg("--argstr")
+        .arg("kix")
+        .arg(kix_dir)
+        .arg(attr);
+    run_of(&mut cmd)
+}
+
+fn host_tools_sandbox_paths() -> String {
+    let out = Command::new("nix")
+        .args(["--extra-experimental-features", "nix-command flakes"])
+        .args(["eval", "--raw", "-f"])
+        .arg(repo_root().join("nix/tests/host-tools.nix"))
+        .arg("sandboxPaths")
+        .output()
+        .expect("nix eval runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]
 fn check_cluster_builds_for_a_valid_cluster_and_fails_with_kix_messages() {
-    let kix_dir = kix_package();
-    nix_build_check("valid", kix_dir.path()).exits(0);
-    let run = nix_build_check("invalid", kix_dir.path()).exits(1);
-    for message in [
-        "Deployment.apps web/web: spec.replicas: expected integer, got string \"3\"",
-        "Service web/web: spec.type: unsupported value \"Loadbalancer\"",
-        "error: 2 schema error(s) in 2 object(s) (Kubernetes v1.36.3)",
-    ] {
-        assert!(run.stderr.contains(message), "{message}:\n{}", run.stderr);
+    for sandboxed in [false, true] {
+        // A new kix directory each time: new derivations, so kix really runs.
+        let kix_dir = kix_package();
+        nix_build_check("valid", kix_dir.path(), sandboxed).exits(0);
+        let run = nix_build_check("invalid", kix_dir.path(), sandboxed).exits(1);
+        for message in [
+            "Deployment.apps web/web: spec.replicas: expected integer, got string \"3\"",
+            "Service web/web: spec.type: unsupported value \"Loadbalancer\"",
+            "error: 2 schema error(s) in 2 object(s) (Kubernetes v1.36.3)",
+        ] {
+            assert!(run.stderr.contains(message), "{message}:\n{}", run.stderr);
+        }
+        let run = nix_build_check("unsupportedVersion", kix_dir.path(), sandboxed).exits(1);
+        assert!(
+            run.stderr
+                .contains("Kubernetes v1.20.0 is not supported for validation"),
+            "{}",
+            run.stderr
+        );
     }
-    let run = nix_build_check("unsupportedVersion", kix_dir.path()).exits(1);
-    assert!(
-        run.stderr
-            .contains("Kubernetes v1.20.0 is not supported for validation"),
-        "{}",
-        run.stderr
-    );
 }
 
 fn git(dir: &Path, args: &[&str]) {

@@ -1,7 +1,7 @@
 //! Validating a whole build: every object, every violation, each named by
 //! file, document, object and JSON path.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -117,12 +117,14 @@ pub fn validate_build(build: &Build, version: Option<&str>) -> Result<Report, Ca
     let catalogue = Catalogue::get(version)?;
     let (validator, crd_errors) = Validator::new(catalogue, build.objects());
     let mut findings = Vec::new();
+    let mut lines = Lines::default();
     for error in crd_errors {
         if let Some(crd) = build
             .objects()
             .find(|o| o.key.kind == "CustomResourceDefinition" && o.key.name == error.crd)
         {
             findings.push(finding(
+                &mut lines,
                 build,
                 crd,
                 format!(
@@ -139,7 +141,8 @@ pub fn validate_build(build: &Build, version: Option<&str>) -> Result<Report, Ca
         match validator.validate(&object.manifest) {
             Outcome::Checked(violations) => {
                 for v in violations {
-                    findings.push(finding(build, object, v.path, v.problem.to_string()));
+                    let message = v.problem.to_string();
+                    findings.push(finding(&mut lines, build, object, v.path, message));
                 }
                 if let Some((crd, rules)) = validator.rules_of(&object.manifest) {
                     *cel.entry((crd.to_owned(), rules)).or_default() += 1;
@@ -175,27 +178,41 @@ pub fn validate_build(build: &Build, version: Option<&str>) -> Result<Report, Ca
     })
 }
 
-fn finding(build: &Build, object: &Object, path: String, message: String) -> Finding {
+fn finding(
+    lines: &mut Lines,
+    build: &Build,
+    object: &Object,
+    path: String,
+    message: String,
+) -> Finding {
     Finding {
         file: object.source.clone(),
         document: object.document,
-        line: document_line(build, object),
+        line: lines.of(build, object),
         object: object.key.to_string(),
         path,
         message,
     }
 }
 
-/// Where the object's document starts, read again from its file (only for
-/// objects with findings: the tree reader does not keep lines).
-fn document_line(build: &Build, object: &Object) -> Option<u32> {
-    let is_yaml = object
-        .source
-        .extension()
-        .is_some_and(|e| e == "yaml" || e == "yml");
-    if !is_yaml {
-        return None;
+/// Where documents start, found again from their files (only for objects
+/// with findings: the tree reader does not keep lines), once per document.
+#[derive(Default)]
+struct Lines(HashMap<(PathBuf, usize), Option<u32>>);
+
+impl Lines {
+    fn of(&mut self, build: &Build, object: &Object) -> Option<u32> {
+        let key = (object.source.clone(), object.document);
+        *self.0.entry(key).or_insert_with(|| {
+            let is_yaml = object
+                .source
+                .extension()
+                .is_some_and(|e| e == "yaml" || e == "yml");
+            if !is_yaml {
+                return None;
+            }
+            let bytes = std::fs::read(build.root.join(&object.source)).ok()?;
+            kix_manifest::tree::yaml_document_line(&bytes, object.document)
+        })
     }
-    let bytes = std::fs::read(build.root.join(&object.source)).ok()?;
-    kix_manifest::tree::yaml_document_line(&bytes, object.document)
 }
