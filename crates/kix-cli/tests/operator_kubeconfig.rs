@@ -139,6 +139,67 @@ async fn kubeconfig_authenticates_as_the_service_account_for_every_ca_form() {
     }
 }
 
+/// `--context` picks the server and the client alike: the current context
+/// of this kubeconfig points at no apiserver.
+#[tokio::test]
+async fn context_flag_picks_the_server_and_bad_flags_write_nothing() {
+    let kix = Kix::new("sa-kubeconfig-context").await;
+    create_service_account(&kix, "robot").await;
+    create_token_secret(&kix, "robot-token", "robot").await;
+    let mut kubeconfig =
+        Kubeconfig::read_from(kix_testkit::kubeconfig_path()).expect("admin kubeconfig");
+    let mut nowhere = kubeconfig.clusters[0].clone();
+    nowhere.name = "nowhere".into();
+    nowhere.cluster.as_mut().expect("cluster").server = Some("https://127.0.0.1:1".into());
+    let mut broken = kubeconfig.contexts[0].clone();
+    broken.name = "broken".into();
+    broken.context.as_mut().expect("context").cluster = "nowhere".into();
+    let good = kubeconfig.contexts[0].name.clone();
+    kubeconfig.clusters.push(nowhere);
+    kubeconfig.contexts.push(broken);
+    kubeconfig.current_context = Some("broken".into());
+    let admin = kix.dir.path().join("two-contexts.kubeconfig");
+    std::fs::write(&admin, serde_json::to_string(&kubeconfig).expect("json")).expect("write");
+
+    let run = |context: &str, out: &Path| {
+        kix.kix(&[
+            "--kubeconfig",
+            admin.to_str().expect("utf-8"),
+            "--context",
+            context,
+            "operator-kubeconfig",
+            "--namespace",
+            kix.ns(),
+            "--service-account",
+            "robot",
+            "--out",
+            out.to_str().expect("utf-8"),
+            "--wait",
+            "60s",
+        ])
+    };
+    let out = kix.dir.path().join("kubeconfig");
+    run(&good, &out).ok();
+    assert_eq!(
+        whoami(&out).await,
+        format!("system:serviceaccount:{}:robot", kix.ns())
+    );
+
+    let missing = kix.dir.path().join("missing");
+    let failed = run("nope", &missing).code(1);
+    assert!(failed.stderr.contains("\"nope\""), "{}", failed.stderr);
+    assert!(!missing.exists());
+    let in_no_dir = kix.dir.path().join("no-such-dir/kubeconfig");
+    let failed = run(&good, &in_no_dir).code(1);
+    assert!(
+        failed
+            .stderr
+            .contains(&kix.dir.path().join("no-such-dir").display().to_string()),
+        "{}",
+        failed.stderr
+    );
+}
+
 #[tokio::test]
 async fn a_token_that_never_comes_is_a_bounded_wait_exit_1_and_no_file() {
     let kix = Kix::new("sa-kubeconfig-missing").await;
