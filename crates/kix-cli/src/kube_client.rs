@@ -1,4 +1,6 @@
-//! The Kubernetes client from `--kubeconfig`, `--context` and `$KUBECONFIG`.
+//! The Kubernetes client from `--kubeconfig`, `--context` and `$KUBECONFIG`;
+//! the server and CA of that context, and a ServiceAccount's kubeconfig
+//! (`kix operator-kubeconfig`).
 
 use anyhow::Context;
 use k8s_openapi::ByteString;

@@ -107,20 +107,21 @@ async fn kubeconfig_authenticates_as_the_service_account_for_every_ca_form() {
         let admin = admin_kubeconfig(kix.dir.path(), form);
         let out = kix.dir.path().join("out/kubeconfig");
         std::fs::create_dir_all(out.parent().expect("parent")).expect("mkdir");
-        let run = kix.kix(&[
-            "--kubeconfig",
-            admin.to_str().expect("utf-8"),
-            "operator-kubeconfig",
-            "--namespace",
-            kix.ns(),
-            "--service-account",
-            "robot",
-            "--out",
-            out.to_str().expect("utf-8"),
-            "--wait",
-            "60s",
-        ]);
-        let run = run.ok();
+        let run = kix
+            .kix(&[
+                "--kubeconfig",
+                admin.to_str().expect("utf-8"),
+                "operator-kubeconfig",
+                "--namespace",
+                kix.ns(),
+                "--service-account",
+                "robot",
+                "--out",
+                out.to_str().expect("utf-8"),
+                "--wait",
+                "60s",
+            ])
+            .ok();
         assert!(run.stderr.contains("for ServiceAccount"), "{}", run.stderr);
         let mode = std::fs::metadata(&out)
             .expect("written")
