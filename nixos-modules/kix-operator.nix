@@ -272,7 +272,7 @@ in
         wantedBy = [ "multi-user.target" ];
         wants = [ "network-online.target" ] ++ k3sUnits;
         after = [ "network-online.target" "nix-daemon.socket" ] ++ k3sUnits;
-        path = [ cfg.bootstrap.package pkgs.kubectl pkgs.coreutils cfg.nixPackage ];
+        path = [ cfg.bootstrap.package pkgs.coreutils cfg.nixPackage ];
         environment = {
           KUBECONFIG = cfg.bootstrap.kubeconfigFile;
           KIX_BOOTSTRAP_TREE = "${cfg.bootstrap.cluster}";

@@ -314,11 +314,9 @@ in
     KIX_OPERATOR_OWNER = "65532:65532";
     KIX_GCROOTS_DIR = "/nix/var/nix/gcroots/kix";
   } bootstrap.environment;
-  # kix deploys; kubectl only reads the ServiceAccount's token and the
-  # server of the kubeconfig.
+  # kix deploys and writes the ServiceAccount's kubeconfig: no kubectl.
   bootstrapPath = eq (map (p: p.outPath) [
     container.services.kix-operator.bootstrap.package
-    common.pkgs.kubectl
     common.pkgs.coreutils
     container.services.kix-operator.nixPackage
   ]) (map (p: p.outPath) bootstrap.path);

@@ -11,6 +11,7 @@ pub mod deploy;
 pub mod gc;
 pub mod history;
 pub mod operator;
+pub mod operator_kubeconfig;
 pub mod plan;
 pub mod rollback;
 pub mod status;
@@ -83,6 +84,9 @@ pub enum Command {
     History(history::HistoryArgs),
     /// Print the CRDs of kix's records (Activation, PackageInstance).
     Crds(crds::CrdsArgs),
+    /// Write a kubeconfig for a ServiceAccount from its token Secret and the
+    /// current context's server and CA (the NixOS module's bootstrap).
+    OperatorKubeconfig(operator_kubeconfig::OperatorKubeconfigArgs),
     /// Print a shell completion script.
     Completions(completions::CompletionsArgs),
     /// Print the man page (roff).
@@ -100,6 +104,7 @@ pub async fn exec(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => status::exec(args, &cli.global).await,
         Command::History(args) => history::exec(args, &cli.global).await,
         Command::Crds(args) => crds::exec(args, &cli.global).await,
+        Command::OperatorKubeconfig(args) => operator_kubeconfig::exec(args, &cli.global).await,
         Command::Completions(args) => completions::exec(args, &cli.global).await,
         Command::Man(args) => completions::exec_man(args, &cli.global).await,
     }
