@@ -33,6 +33,8 @@ pub struct Pkg {
     pub namespace: Option<String>,
     /// Resource files (each one YAML document or several).
     pub resources: Vec<String>,
+    /// `handoff` of package.json (fields kix leaves to other managers).
+    pub handoff: Vec<Value>,
 }
 
 impl Pkg {
@@ -42,7 +44,13 @@ impl Pkg {
             depends_on: vec![],
             namespace: None,
             resources: resources.to_vec(),
+            handoff: vec![],
         }
+    }
+
+    pub fn handoff(mut self, rules: &[Value]) -> Pkg {
+        self.handoff = rules.to_vec();
+        self
     }
 
     pub fn depends_on(mut self, deps: &[&str]) -> Pkg {
@@ -370,16 +378,19 @@ pub fn write_tree(root: &Path, cluster: &str, default_ns: &str, packages: &[Pkg]
     for p in packages {
         let dir = root.join("packages").join(&p.name);
         std::fs::create_dir_all(dir.join("resources")).expect("mkdir");
+        let mut package_json = json!({
+            "name": p.name,
+            "version": "1.0.0",
+            "dependsOn": p.depends_on,
+            "namespace": p.namespace.clone().unwrap_or_else(|| default_ns.to_string()),
+            "migrations": [],
+        });
+        if !p.handoff.is_empty() {
+            package_json["handoff"] = Value::Array(p.handoff.clone());
+        }
         std::fs::write(
             dir.join("package.json"),
-            serde_json::to_string_pretty(&json!({
-                "name": p.name,
-                "version": "1.0.0",
-                "dependsOn": p.depends_on,
-                "namespace": p.namespace.clone().unwrap_or_else(|| default_ns.to_string()),
-                "migrations": [],
-            }))
-            .expect("json"),
+            serde_json::to_string_pretty(&package_json).expect("json"),
         )
         .expect("write package.json");
         for (i, yaml) in p.resources.iter().enumerate() {
