@@ -47,8 +47,17 @@ pub const PRUNE_DISABLED: &str = "disabled";
 /// Finalizer the operator puts on `engine: operator` Activation records; it
 /// deletes the record's objects before the record goes away.
 pub const FINALIZER: &str = "kix.run/resources";
-/// Server-side apply field manager of every kix write.
-pub const FIELD_MANAGER: &str = "kix";
+/// Server-side apply field manager of kix's own records (Activation,
+/// PackageInstance), which belong to one Kix cluster each.
+pub const RECORDS_FIELD_MANAGER: &str = "kix";
+/// The one field manager every Kix cluster applied objects as before each got
+/// its own ([`field_manager`]). Objects still carrying it are taken over by
+/// the next deploy (`kix_engine::ownership`).
+pub const LEGACY_FIELD_MANAGER: &str = "kix";
+/// Prefix of a Kix cluster's field manager.
+pub const FIELD_MANAGER_PREFIX: &str = "kix/";
+/// The apiserver refuses a field manager longer than this.
+pub const MAX_FIELD_MANAGER_LEN: usize = 128;
 /// Condition type kix sets on its records.
 pub const CONDITION_READY: &str = "Ready";
 
@@ -108,6 +117,36 @@ where
         .filter(|name| !name.is_empty())
         .collect();
     set.into_iter().collect::<Vec<_>>().join(",")
+}
+
+/// The server-side apply field manager of the objects a Kix cluster applies:
+/// `kix/<cluster>`, so the apiserver tracks each cluster's fields apart and
+/// two clusters setting one field differently conflict.
+///
+/// A name too long for the apiserver's 128 characters keeps its start and
+/// ends in `~` and 16 hex characters of its SHA-256 (cluster names are
+/// ASCII, so the cut is at a character boundary).
+pub fn field_manager(cluster: &str) -> String {
+    let full = format!("{FIELD_MANAGER_PREFIX}{cluster}");
+    if full.len() <= MAX_FIELD_MANAGER_LEN {
+        return full;
+    }
+    let hash = hex::encode(Sha256::digest(cluster.as_bytes()));
+    let keep = MAX_FIELD_MANAGER_LEN - 17;
+    let cut = (0..=keep)
+        .rev()
+        .find(|&i| full.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}~{}", &full[..cut], &hash[..16])
+}
+
+/// The Kix cluster a field manager belongs to, by its name (`kix/prod` →
+/// `prod`); `None` for other managers and for [`LEGACY_FIELD_MANAGER`].
+/// A shortened name ([`field_manager`]) gives the shortened text.
+pub fn cluster_of_manager(manager: &str) -> Option<&str> {
+    manager
+        .strip_prefix(FIELD_MANAGER_PREFIX)
+        .filter(|c| !c.is_empty())
 }
 
 /// Label selector for the records (Activation, PackageInstance) of one Kix
@@ -187,6 +226,21 @@ mod tests {
         assert_eq!(format_activations(["b", "a", "b", ""]), "a,b");
         assert!(parse_activations("").is_empty());
         assert_eq!(format_activations(Vec::<String>::new()), "");
+    }
+
+    #[test]
+    fn field_managers_name_their_cluster_and_fit_the_apiserver() {
+        assert_eq!(field_manager("prod"), "kix/prod");
+        assert_eq!(cluster_of_manager("kix/prod"), Some("prod"));
+        assert_eq!(cluster_of_manager(LEGACY_FIELD_MANAGER), None);
+        assert_eq!(cluster_of_manager("kix/"), None);
+        assert_eq!(cluster_of_manager("kubectl"), None);
+        let long = "c".repeat(200);
+        let manager = field_manager(&long);
+        assert_eq!(manager.len(), MAX_FIELD_MANAGER_LEN);
+        assert!(manager.starts_with("kix/ccc"));
+        assert_ne!(manager, field_manager(&"c".repeat(201)));
+        assert_eq!(field_manager(&"c".repeat(124)).len(), 128);
     }
 
     #[test]

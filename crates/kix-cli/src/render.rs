@@ -82,6 +82,13 @@ pub fn plan_text(plan: &Plan, style: Style, show_unchanged: bool) -> String {
             .filter(|o| o.action == Action::Unchanged)
             .count();
         let _ = writeln!(out, "\npackage {} {}", package.name, package.version);
+        if !package.handoff.is_empty() {
+            let _ = writeln!(
+                out,
+                "  handed off (kix neither applies nor checks them): {}",
+                package.handoff.join("; ")
+            );
+        }
         migrations_text(&mut out, plan, &package.name, style);
         for object in &package.objects {
             if object.action == Action::Unchanged && !show_unchanged {

@@ -554,7 +554,9 @@ mod tests {
             destructive: false,
             note: None,
             warnings: vec![],
+            contenders: vec![],
             activations: Default::default(),
+            legacy: Default::default(),
         }
     }
 
@@ -571,6 +573,7 @@ mod tests {
                 PackagePlan {
                     name: "db".into(),
                     version: "15.2".into(),
+                    handoff: vec![],
                     objects: vec![
                         object("db", "", "Namespace", None, "data", Action::Unchanged),
                         object(
@@ -594,6 +597,7 @@ mod tests {
                 PackagePlan {
                     name: "web".into(),
                     version: "2.0.1".into(),
+                    handoff: vec![],
                     objects: vec![
                         object(
                             "web",

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 use kix_api::{
-    Activation, ActivationSpec, Engine, FIELD_MANAGER, Phase, Progress, Receipt, Source,
+    Activation, ActivationSpec, Engine, Phase, Progress, Receipt, Source,
 };
 use kix_manifest::{Build, ObjectKey};
 use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
@@ -24,6 +24,7 @@ use crate::desired::Desired;
 use crate::error::{EngineError, Result};
 use crate::health::health;
 use crate::lease::{DeployLease, LeaseOptions};
+use crate::ownership;
 use crate::plan::{Action, Plan, PlannedObject, api_for, applied_manifest};
 use crate::records;
 use crate::wait::{WaitOptions, WaitTarget, wait_healthy};
@@ -83,6 +84,9 @@ pub struct DeployOptions {
     pub prune: bool,
     pub prune_mode: PruneMode,
     pub force_conflicts: bool,
+    /// Never take a field another Kix cluster set, even with
+    /// `force_conflicts` (the operator).
+    pub yield_to_kix_clusters: bool,
     pub accept_migrations: bool,
     pub allow_empty: bool,
     pub current_activation: Option<String>,
@@ -108,6 +112,7 @@ impl Default for DeployOptions {
             prune: true,
             prune_mode: PruneMode::Background,
             force_conflicts: false,
+            yield_to_kix_clusters: false,
             accept_migrations: false,
             allow_empty: false,
             current_activation: None,
@@ -223,8 +228,8 @@ pub fn check_plan(plan: &Plan, build: &Build, options: &DeployOptions) -> Result
             });
         }
     }
-    let conflicts = plan.conflicts();
-    if !conflicts.is_empty() && !options.force_conflicts {
+    let conflicts = plan.refused_conflicts(options.force_conflicts, options.yield_to_kix_clusters);
+    if !conflicts.is_empty() {
         return Err(EngineError::Conflicts(conflicts.join(", ")));
     }
     let accept = plan.needs_acceptance();
@@ -347,6 +352,7 @@ pub async fn rollback_to(
         &crate::plan::PlanOptions {
             prune: options.prune,
             force_conflicts: true,
+            yield_to_kix_clusters: options.yield_to_kix_clusters,
             reconcile: false,
             activation: None,
         },
@@ -922,29 +928,27 @@ async fn apply_one(
             ));
         }
     }
-    let mut params = PatchParams::apply(FIELD_MANAGER);
-    if options.force_conflicts
-        || matches!(p.action, Action::Adopt | Action::Conflict)
-        || p.is_drift()
-    {
-        params.force = true;
-    }
+    // A conflict reaches the apply only when the user forced it.
+    let force = options.force_conflicts || p.action == Action::Conflict;
+    let takeover = crate::plan::takeover(p, force, options.yield_to_kix_clusters);
     let manifest = applied_manifest(d, &p.activations);
-    let mut result = api
-        .patch(&d.key.name, &params, &Patch::Apply(&manifest))
-        .await;
-    if let Err(kube::Error::Api(status)) = &result
-        && !params.force
-        && crate::plan::conflicts_only_on_kix_annotations(status)
-    {
-        params.force = true;
-        result = api
-            .patch(&d.key.name, &params, &Patch::Apply(&manifest))
-            .await;
+    let manager = kix_api::field_manager(&d.cluster);
+    let applied = ownership::apply(&api, &d.key.name, &manifest, &manager, takeover, false)
+        .await
+        .map_err(|e| crate::error::api_message(&e))?;
+    let object = match applied {
+        ownership::Applied::Object(object) => object,
+        ownership::Applied::Conflicts(contested) => {
+            let fields: Vec<String> = contested.iter().map(|c| c.describe(&d.cluster)).collect();
+            return Err(format!("conflict: {}", fields.join("; ")));
+        }
+    };
+    if p.legacy == ownership::Legacy::TakeOverAndRelease {
+        ownership::release_legacy(&api, &manifest)
+            .await
+            .map_err(|e| format!("releasing field manager kix: {}", crate::error::api_message(&e)))?;
     }
-    result
-        .map(|o| serde_json::to_value(o).unwrap_or_default())
-        .map_err(|e| crate::error::api_message(&e))
+    Ok(serde_json::to_value(object).unwrap_or_default())
 }
 
 /// Marks every older record of the cluster that is not already Superseded.

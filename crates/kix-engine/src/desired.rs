@@ -18,11 +18,14 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 #[derive(Debug, Clone)]
 pub struct Desired {
     pub key: ObjectKey,
+    /// The Kix cluster of the build: its field manager applies the object.
+    pub cluster: String,
     pub api_version: String,
     pub package: String,
     pub resource: Resource,
-    /// The manifest as kix applies it, labels and digest included; the
-    /// activations annotation is added at apply time.
+    /// The manifest as kix applies it, labels and digest included, the
+    /// package's handed-off fields removed; the activations annotation is
+    /// added at apply time.
     pub manifest: Value,
     /// Digest of the manifest as applied (without the digest annotation and
     /// the activations annotation): the next plan's fast path.
@@ -67,9 +70,15 @@ pub async fn desired_objects(build: &Build, resources: &mut Resources) -> Result
         } else if let Some(meta) = manifest["metadata"].as_object_mut() {
             meta.remove("namespace");
         }
+        // Handed-off fields are never applied, so kix never owns them.
+        let handoff = build.package(&object.package).map(|p| p.handoff.as_slice());
+        for rule in handoff.unwrap_or_default().iter().filter(|r| r.covers(&key)) {
+            rule.strip(&mut manifest);
+        }
         let digest = stamp(&mut manifest, &key, &object.package);
         out.push(Desired {
             rank: kind_rank(&key.group, &key.kind),
+            cluster: build.cluster.clone(),
             key,
             api_version: object.api_version.clone(),
             package: object.package.clone(),

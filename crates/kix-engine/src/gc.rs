@@ -32,7 +32,7 @@ use std::fmt;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use kix_api::{Activation, FIELD_MANAGER, ObjectRef, Phase};
+use kix_api::{Activation, ObjectRef, Phase};
 use kix_manifest::{ObjectKey, Settings};
 use kix_nix::GcRoots;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
@@ -625,7 +625,7 @@ async fn execute_held(client: &Client, plan: &GcPlan, roots: &GcRoots) -> Result
                     api_for(client, d)
                         .patch(
                             &d.key.name,
-                            &PatchParams::apply(FIELD_MANAGER),
+                            &PatchParams::apply(&kix_api::field_manager(&d.cluster)),
                             &Patch::Apply(&manifest),
                         )
                         .await

@@ -19,6 +19,7 @@ pub mod health;
 pub mod lease;
 pub mod live;
 pub mod migrations;
+pub mod ownership;
 pub mod packages;
 pub mod plan;
 pub mod prune;

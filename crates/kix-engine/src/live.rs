@@ -33,6 +33,9 @@ pub struct Live {
     /// The version the LIST saw: a later read of the object at (or after)
     /// it is served from the apiserver's cache instead of etcd.
     pub resource_version: Option<String>,
+    /// Field managers with an Apply entry (which Kix clusters applied it as
+    /// their own manager, and whether the single `kix` of earlier versions did).
+    pub appliers: Vec<String>,
 }
 
 /// How many LISTs run at once.
@@ -113,8 +116,8 @@ pub async fn list_unlabelled(
 }
 
 /// The metadata the plan reads of a listed object. Everything else, above
-/// all `managedFields` (most of a metadata LIST's bytes), is skipped while
-/// parsing, not built and dropped.
+/// all the field sets of `managedFields` (most of a metadata LIST's bytes),
+/// is skipped while parsing, not built and dropped.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct LeanMeta {
@@ -124,6 +127,14 @@ struct LeanMeta {
     annotations: Option<BTreeMap<String, String>>,
     deletion_timestamp: Option<IgnoredAny>,
     resource_version: Option<String>,
+    managed_fields: Option<Vec<LeanManager>>,
+}
+
+/// A managedFields entry without its field set.
+#[derive(Deserialize)]
+struct LeanManager {
+    manager: Option<String>,
+    operation: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -182,6 +193,13 @@ fn to_live(meta: LeanMeta, resource: &ApiResource, namespaced: bool) -> Live {
             .is_some_and(|v| v == PRUNE_DISABLED),
         deleting: meta.deletion_timestamp.is_some(),
         resource_version: meta.resource_version,
+        appliers: meta
+            .managed_fields
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| m.operation.as_deref() == Some("Apply"))
+            .filter_map(|m| m.manager)
+            .collect(),
         api_version: resource.api_version.clone(),
         resource: resource.clone(),
         namespaced,

@@ -52,7 +52,7 @@ use std::fmt;
 use std::time::Instant;
 
 use kix_api::{
-    ANNOTATION_ACTIVATIONS, FIELD_MANAGER, LABEL_MANAGED_BY, LABEL_OWNER, LABEL_PACKAGE,
+    ANNOTATION_ACTIVATIONS, LABEL_MANAGED_BY, LABEL_OWNER, LABEL_PACKAGE,
     MANAGED_BY_VALUE, PackageInstance, owner_value,
 };
 use kix_manifest::{
@@ -503,7 +503,7 @@ async fn adopt(
         "annotations": {ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&activations)},
     }});
     let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_owned()),
+        field_manager: Some(kix_api::field_manager(&plan.cluster)),
         ..Default::default()
     };
     api.patch(&key.name, &params, &Patch::Merge(&patch))
@@ -697,6 +697,7 @@ mod tests {
             depends_on: vec![],
             namespace: Some("data".into()),
             migrations,
+            handoff: vec![],
             objects: vec![],
         }
     }

@@ -7,17 +7,18 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use futures::{StreamExt, stream};
-use kix_api::{Activation, FIELD_MANAGER};
+use kix_api::Activation;
 use kix_manifest::{Build, ObjectKey, canonical_digest};
 use kube::Client;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject};
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::desired::{Desired, desired_objects};
-use crate::diff::{FieldChange, diff, drifted_fields};
+use crate::diff::{FieldChange, diff};
 use crate::error::{EngineError, Result};
 use crate::live::{Live, activation_clusters, belongs_to, list_kinds, list_unlabelled};
+use crate::ownership::{self, Applied, Legacy, Takeover};
 use crate::records::{self, CrdState};
 use crate::resources::{Resources, Served, split_api_version};
 
@@ -75,15 +76,24 @@ pub struct PlannedObject {
     /// The server's warnings on its dry-run (deprecated APIs, ignored values).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Other Kix clusters whose fields a conflict contests.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub contenders: Vec<String>,
     /// The activations annotation the object will carry (apply) or keep (trim).
     #[serde(skip)]
     pub activations: BTreeSet<String>,
+    /// The take-over from the single `kix` field manager of earlier versions.
+    #[serde(skip)]
+    pub legacy: Legacy,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PackagePlan {
     pub name: String,
     pub version: String,
+    /// The package's handoff rules: fields kix leaves to other managers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub handoff: Vec<String>,
     pub objects: Vec<PlannedObject>,
 }
 
@@ -179,6 +189,16 @@ impl Plan {
             .collect()
     }
 
+    /// The conflicts a deploy refuses: all of them without `force`, those
+    /// with other Kix clusters when `yield_to_kix_clusters` even with it.
+    pub fn refused_conflicts(&self, force: bool, yield_to_kix_clusters: bool) -> Vec<String> {
+        self.objects()
+            .filter(|o| o.action == Action::Conflict)
+            .filter(|o| !force || (yield_to_kix_clusters && !o.contenders.is_empty()))
+            .map(|o| format!("{} ({})", o.key, o.fields.join("; ")))
+            .collect()
+    }
+
     pub fn desired_for(&self, key: &ObjectKey) -> Option<&Desired> {
         self.desired.iter().find(|d| &d.key == key)
     }
@@ -208,6 +228,9 @@ pub struct PlanOptions {
     pub reconcile: bool,
     /// Take fields other managers own (server-side apply force).
     pub force_conflicts: bool,
+    /// Never take a field another Kix cluster set, even with
+    /// `force_conflicts`: the operator's setting (it has no user's consent).
+    pub yield_to_kix_clusters: bool,
     /// Plan deletions of what the build dropped.
     pub prune: bool,
     /// The record the apply writes (the operator's existing record); default:
@@ -232,6 +255,7 @@ pub async fn plan(
     options: &PlanOptions,
 ) -> Result<Plan> {
     let cluster = build.cluster.clone();
+    let manager = kix_api::field_manager(&cluster);
     let kix_crds = records::crds_status(client).await?;
     let all_records = records::list_all(client).await?;
     let clusters = activation_clusters(&all_records);
@@ -326,6 +350,7 @@ pub async fn plan(
     for d in &desired {
         let live_obj = live.get(&d.key).filter(|l| l.owned);
         let mut note = None;
+        let mut legacy = Legacy::None;
         let (action, mut activations) = match live_obj {
             Some(l) => {
                 let mine = l
@@ -335,17 +360,26 @@ pub async fn plan(
                 let same = l.digest.as_deref() == Some(d.digest.as_str()) && mine && !l.deleting;
                 let drifted = if options.reconcile && same {
                     full.get(&d.key)
-                        .map(|obj| drifted_fields(&d.manifest, obj))
+                        .map(|obj| ownership::drifted_fields(&d.manifest, obj, &manager))
                         .unwrap_or_default()
                 } else {
                     vec![]
                 };
                 let drift = !drifted.is_empty();
                 if drift {
-                    note = Some(format!("{NOTE_DRIFTED}: {}", drifted.join(", ")));
+                    let shown: Vec<String> = drifted.iter().map(ToString::to_string).collect();
+                    note = Some(format!("{NOTE_DRIFTED}: {}", shown.join(", ")));
+                }
+                legacy = Legacy::of(
+                    &l.appliers,
+                    &cluster,
+                    &other_clusters(&l.activations, &cluster, &clusters),
+                );
+                if legacy != Legacy::None && note.is_none() {
+                    note = Some(ownership::NOTE_TAKE_OVER.replace("<cluster>", &cluster));
                 }
                 (
-                    if same && !drift {
+                    if same && !drift && legacy == Legacy::None {
                         Action::Unchanged
                     } else {
                         Action::Update
@@ -373,7 +407,9 @@ pub async fn plan(
             destructive: false,
             note,
             warnings: vec![],
+            contenders: vec![],
             activations,
+            legacy,
         });
     }
 
@@ -384,6 +420,7 @@ pub async fn plan(
     for (planned, d) in first_pass.into_iter().zip(desired.iter()) {
         checks.push(dry_run(
             client,
+            &cluster,
             planned,
             d,
             options,
@@ -407,6 +444,7 @@ pub async fn plan(
         .map(|p| PackagePlan {
             name: p.name.clone(),
             version: p.version.clone(),
+            handoff: p.handoff.iter().map(ToString::to_string).collect(),
             objects: vec![],
         })
         .collect();
@@ -465,7 +503,9 @@ pub async fn plan(
                 destructive: action == Action::Delete && is_destructive(&l.key),
                 note,
                 warnings: vec![],
+                contenders: vec![],
                 activations: others,
+                legacy: Legacy::None,
             });
         }
     }
@@ -536,8 +576,10 @@ pub fn api_for(client: &Client, d: &Desired) -> Api<DynamicObject> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn dry_run(
     client: &Client,
+    cluster: &str,
     mut planned: PlannedObject,
     d: &Desired,
     options: &PlanOptions,
@@ -562,13 +604,7 @@ async fn dry_run(
         return Ok(planned);
     }
     let api = api_for(client, d);
-    let mut params = PatchParams::apply(FIELD_MANAGER).validation_strict();
-    params.dry_run = true;
-    // Adoption and drift correction take over what other managers set, as
-    // the real apply will.
-    if options.force_conflicts || planned.action == Action::Adopt || planned.is_drift() {
-        params.force = true;
-    }
+    let manager = kix_api::field_manager(cluster);
     let manifest = applied_manifest(d, &planned.activations);
     // The live object the diff (or an immutable-field error) is read
     // against: fetched beside the dry-run rather than after it, so each
@@ -580,21 +616,17 @@ async fn dry_run(
             None => read_live(&api, &d.key.name, listed_version).await,
         }
     };
-    let (mut result, live_read) = tokio::join!(
-        patch_with_warnings(client, &api, &d.key.name, &params, &manifest),
-        live_read
+    let apply = ownership::apply(
+        &api,
+        &d.key.name,
+        &manifest,
+        &manager,
+        takeover(&planned, options.force_conflicts, options.yield_to_kix_clusters),
+        true,
     );
-    if let (Err(kube::Error::Api(status)), _) = &result
-        && !params.force
-        && conflicts_only_on_kix_annotations(status)
-    {
-        params.force = true;
-        result = patch_with_warnings(client, &api, &d.key.name, &params, &manifest).await;
-    }
-    let (result, warnings) = result;
-    planned.warnings = warnings;
+    let (result, live_read) = tokio::join!(apply, live_read);
     match result {
-        Ok(result) => {
+        Ok(Applied::Object(result)) => {
             if matches!(planned.action, Action::Update | Action::Adopt) {
                 let live = live_read.map_err(|source| EngineError::Object {
                     action: "reading",
@@ -608,16 +640,23 @@ async fn dry_run(
                         &result,
                         d.key.kind == "Secret" && d.key.group.is_empty(),
                     );
+                    keep_if_only_shared(&mut planned, &live, &result, &manager);
                 }
             }
             Ok(planned)
         }
-        Err(kube::Error::Api(status)) if status.code == 409 => {
+        Ok(Applied::Conflicts(contested)) => {
             planned.action = Action::Conflict;
-            planned.fields = status_causes(&status);
-            if planned.fields.is_empty() {
-                planned.fields.push(status.message.clone());
-            }
+            planned.fields = contested.iter().map(|c| c.describe(cluster)).collect();
+            planned.contenders = contested
+                .iter()
+                .filter_map(|c| match c.contender() {
+                    ownership::Contender::KixCluster(other) => Some(other),
+                    _ => None,
+                })
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
             Ok(planned)
         }
         Err(kube::Error::Api(status)) if crate::migrations::is_immutable(&status) => {
@@ -642,6 +681,46 @@ async fn dry_run(
             key: d.key.clone(),
             source,
         }),
+    }
+}
+
+/// Whose fields applying `planned` may take: other controllers' when forced,
+/// adopting or correcting drift; other Kix clusters' only when forced by a
+/// user (`yield_to_kix_clusters` unset).
+pub fn takeover(planned: &PlannedObject, force: bool, yield_to_kix_clusters: bool) -> Takeover {
+    Takeover {
+        from_controllers: force || planned.action == Action::Adopt || planned.is_drift(),
+        from_kix_clusters: force && !yield_to_kix_clusters,
+    }
+}
+
+/// Note of an object another Kix cluster applied last whose fields of this
+/// build are all in place.
+pub const NOTE_SHARED_SAME: &str =
+    "shared: another Kix cluster applied it last; every field of this build is in place";
+
+/// An update of an object another Kix cluster applied last (its digest is on
+/// the object) that would change no field and no ownership is no write:
+/// two clusters sharing an object with different content do not rewrite it
+/// in turn.
+fn keep_if_only_shared(planned: &mut PlannedObject, live: &Value, result: &Value, manager: &str) {
+    let live_activations = live["metadata"]["annotations"][kix_api::ANNOTATION_ACTIVATIONS]
+        .as_str()
+        .map(kix_api::labels::parse_activations)
+        .unwrap_or_default();
+    let shared = live_activations.len() > 1;
+    let owned_alike = ownership::owned_fields(live, manager).is_some()
+        && ownership::owned_fields(live, manager) == ownership::owned_fields(result, manager);
+    if planned.action == Action::Update
+        && planned.changes.is_empty()
+        && planned.note.is_none()
+        && planned.legacy == Legacy::None
+        && shared
+        && owned_alike
+    {
+        planned.action = Action::Unchanged;
+        planned.note = Some(NOTE_SHARED_SAME.into());
+        planned.activations = live_activations;
     }
 }
 
@@ -720,46 +799,22 @@ async fn read_live(
     }
 }
 
-/// Whether a 409 from server-side apply contests only kix's own bookkeeping
-/// annotations (digest, activations). Those are kix's whatever manager last
-/// wrote them (prune trims a shared object's activations with a merge patch,
-/// an Update that takes the field from kix's Apply), so the apply takes them
-/// back instead of reporting a conflict.
-pub fn conflicts_only_on_kix_annotations(status: &kube::core::Status) -> bool {
-    let causes = status
-        .details
-        .as_ref()
-        .map(|d| d.causes.as_slice())
-        .unwrap_or_default();
-    status.code == 409
-        && !causes.is_empty()
-        && causes.iter().all(|c| {
-            let field = c.field.trim_start_matches('.');
-            [kix_api::ANNOTATION_ACTIVATIONS, kix_api::ANNOTATION_DIGEST]
-                .iter()
-                .any(|a| field == format!("metadata.annotations.{a}"))
+/// The Kix clusters other than `cluster` that `activations` name.
+fn other_clusters(
+    activations: &BTreeSet<String>,
+    cluster: &str,
+    clusters: &BTreeMap<String, String>,
+) -> Vec<String> {
+    activations
+        .iter()
+        .filter(|a| !belongs_to(a, cluster, clusters))
+        .map(|a| match clusters.get(a) {
+            Some(c) => c.clone(),
+            None => a.rsplit_once('-').map_or(a.as_str(), |(c, _)| c).to_owned(),
         })
-}
-
-/// `field: message` of each cause in an API error.
-fn status_causes(status: &kube::core::Status) -> Vec<String> {
-    status
-        .details
-        .as_ref()
-        .map(|details| {
-            details
-                .causes
-                .iter()
-                .map(|c| {
-                    if c.field.is_empty() {
-                        c.message.clone()
-                    } else {
-                        format!("{}: {}", c.field, c.message)
-                    }
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
 }
 
 /// Full live objects of every owned desired object, one LIST per kind.

@@ -5,7 +5,7 @@
 //! reverse apply order, rank by rank, bounded parallel inside a rank.
 
 use futures::{StreamExt, stream};
-use kix_api::{FIELD_MANAGER, FailedDeletion, ObjectRef};
+use kix_api::{FailedDeletion, ObjectRef};
 use kube::Client;
 use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
 
@@ -82,7 +82,7 @@ pub(crate) async fn prune(
     for batch in batches {
         let mut deletions = Vec::with_capacity(batch.len());
         for (o, api) in batch {
-            deletions.push(prune_one(o, api, propagation.clone()));
+            deletions.push(prune_one(o, api, propagation.clone(), &plan.cluster));
         }
         let results: Vec<(&PlannedObject, std::result::Result<(), String>)> =
             stream::iter(deletions)
@@ -131,11 +131,12 @@ pub(crate) async fn prune(
 }
 
 /// One deletion (or, for a shared object, the removal of this cluster's entry).
-async fn prune_one(
-    o: &PlannedObject,
+async fn prune_one<'a>(
+    o: &'a PlannedObject,
     api: kube::Api<kube::api::DynamicObject>,
     propagation: PropagationPolicy,
-) -> (&PlannedObject, std::result::Result<(), String>) {
+    cluster: &str,
+) -> (&'a PlannedObject, std::result::Result<(), String>) {
     let result = if o.action == Action::Delete {
         let params = DeleteParams {
             propagation_policy: Some(propagation),
@@ -152,7 +153,7 @@ async fn prune_one(
             kix_api::ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&o.activations)
         }}});
         let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_string()),
+            field_manager: Some(kix_api::field_manager(cluster)),
             ..Default::default()
         };
         api.patch(&o.key.name, &params, &Patch::Merge(&patch))

@@ -2,7 +2,7 @@
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kix_api::{Activation, ActivationSpec, ActivationStatus, FIELD_MANAGER, Phase};
+use kix_api::{Activation, ActivationSpec, ActivationStatus, Phase, RECORDS_FIELD_MANAGER};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -82,7 +82,7 @@ fn crd_digest(crd: &CustomResourceDefinition) -> String {
 /// Installs or upgrades kix's CRDs and waits until they are Established.
 pub async fn install_crds(client: &Client) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let params = PatchParams::apply(RECORDS_FIELD_MANAGER).force();
     for mut crd in kix_api::crds() {
         let name = crd.name_any();
         let digest = crd_digest(&crd);

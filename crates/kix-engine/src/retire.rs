@@ -116,11 +116,12 @@ pub async fn release_objects(
             }}});
             let api = api.clone();
             let name = l.key.name.clone();
+            let manager = kix_api::field_manager(&cluster);
             async move {
                 api.patch(
                     &name,
                     &PatchParams {
-                        field_manager: Some(kix_api::FIELD_MANAGER.into()),
+                        field_manager: Some(manager),
                         ..Default::default()
                     },
                     &Patch::Merge(&patch),

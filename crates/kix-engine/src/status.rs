@@ -25,7 +25,6 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::desired::{Desired, desired_objects};
-use crate::diff::drifted_fields;
 use crate::error::{EngineError, Result};
 use crate::health::{Health, health};
 use crate::live::{activation_clusters, belongs_to};
@@ -408,17 +407,21 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
 }
 
 /// Drifted before anything else: a drifted object's health says little
-/// about the build.
+/// about the build. A field is drifted when kix's field manager no longer
+/// owns it ([`crate::ownership::drifted_fields`]); the digest of an object
+/// several Kix clusters share is the one that applied it last.
 fn desired_health(d: &Desired, l: &FullLive) -> (HealthState, Option<String>) {
-    if l.digest.as_deref() != Some(d.digest.as_str()) {
+    let shared = l.activations.len() > 1;
+    if l.digest.as_deref() != Some(d.digest.as_str()) && !shared {
         return (
             HealthState::Drifted,
             Some("its digest is not the build's: another build or a person changed it".into()),
         );
     }
-    let fields = drifted_fields(&d.manifest, &l.value);
+    let manager = kix_api::field_manager(&d.cluster);
+    let fields = crate::ownership::drifted_fields(&d.manifest, &l.value, &manager);
     if !fields.is_empty() {
-        let shown: Vec<&str> = fields.iter().take(3).map(String::as_str).collect();
+        let shown: Vec<String> = fields.iter().take(3).map(ToString::to_string).collect();
         let more = if fields.len() > 3 {
             format!(" and {} more", fields.len() - 3)
         } else {

@@ -169,6 +169,15 @@ pub enum TreeError {
         action: ActionKind,
         object: Box<ObjectRef>,
     },
+    /// A `handoff` rule kix cannot use, or one that covers no object of the
+    /// package (a misspelt kind or name).
+    #[error("packages/{package}/package.json: handoff[{index}] ({rule}): {reason}")]
+    InvalidHandoff {
+        package: String,
+        index: usize,
+        rule: String,
+        reason: String,
+    },
     /// A migration whose `from` is not a version or version range, or whose
     /// `to` is not a version.
     #[error("packages/{package}/package.json: migration {from:?} -> {to:?}: {reason}")]

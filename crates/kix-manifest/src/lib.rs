@@ -13,6 +13,7 @@
 mod error;
 #[doc(hidden)]
 pub mod fast_yaml;
+mod handoff;
 mod kinds;
 mod migration;
 mod object;
@@ -24,6 +25,7 @@ mod version;
 mod walk;
 
 pub use error::TreeError;
+pub use handoff::Handoff;
 pub use kinds::{is_well_known_cluster_scoped, kind_rank};
 pub use migration::{ActionKind, Migration, MigrationAction, ObjectRef};
 pub use object::{Object, ObjectKey, ObjectKeyError, canonical_digest, canonical_json, group_of};

@@ -3,7 +3,7 @@
 //! ```text
 //! <root>/
 //!   kix.json                         {"format":1,"cluster":"prod","packages":["db","web"],"settings":{...}}
-//!   packages/<package>/package.json  {"name","version","dependsOn":[...],"namespace"?,"migrations":[...]}
+//!   packages/<package>/package.json  {"name","version","dependsOn":[...],"namespace"?,"migrations":[...],"handoff"?:[...]}
 //!   packages/<package>/resources/**  *.json, *.yaml, *.yml
 //! ```
 //!
@@ -52,6 +52,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::TreeError;
+use crate::handoff::Handoff;
 use crate::fast_yaml;
 use crate::kinds::{is_well_known_cluster_scoped, kind_rank};
 use crate::migration::{ActionKind, Migration};
@@ -132,6 +133,9 @@ pub struct Package {
     pub depends_on: Vec<String>,
     pub namespace: Option<String>,
     pub migrations: Vec<Migration>,
+    /// Fields kix leaves to other managers ([`Handoff`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub handoff: Vec<Handoff>,
     /// Sorted by [`kind_rank`], then [`ObjectKey`].
     pub objects: Vec<Object>,
 }
@@ -215,6 +219,8 @@ struct PackageJson {
     namespace: Option<String>,
     #[serde(default)]
     migrations: Vec<Migration>,
+    #[serde(default)]
+    handoff: Vec<Handoff>,
 }
 
 // ---- the reader ------------------------------------------------------------
@@ -382,6 +388,7 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
                 depends_on: meta.depends_on,
                 namespace: meta.namespace,
                 migrations: meta.migrations,
+                handoff: meta.handoff,
                 objects,
             };
             (package.name.clone(), package)
@@ -391,6 +398,7 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
     let order = dependency_order(&packages)?;
     for package in packages.values_mut() {
         check_migrations(package)?;
+        check_handoff(package)?;
     }
     let packages = order
         .iter()
@@ -993,6 +1001,32 @@ fn dependency_order(packages: &BTreeMap<String, Package>) -> Result<Vec<String>,
         .map(|s| (*s).to_owned())
         .collect();
     Err(TreeError::DependencyCycle { cycle })
+}
+
+/// Checks a package's handoff rules: usable, and each covers an object of
+/// the package.
+fn check_handoff(package: &Package) -> Result<(), TreeError> {
+    for (index, rule) in package.handoff.iter().enumerate() {
+        let covers_one = package.objects.iter().any(|o| {
+            let mut key = o.key.clone();
+            if key.namespace.is_none() {
+                key.namespace.clone_from(&package.namespace);
+            }
+            rule.covers(&key) || (rule.namespace.is_none() && rule.covers(&o.key))
+        });
+        let reason = rule.problem().or_else(|| {
+            (!covers_one).then(|| "it covers no object of the package".to_owned())
+        });
+        if let Some(reason) = reason {
+            return Err(TreeError::InvalidHandoff {
+                package: package.name.clone(),
+                index,
+                rule: rule.to_string(),
+                reason,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Checks a package's migrations (ranges, overlaps, object references) and

@@ -254,6 +254,9 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     let plan_options = PlanOptions {
         reconcile: !fresh,
         force_conflicts: true,
+        // Other Kix clusters' fields are theirs: a conflict with one fails
+        // the deploy, naming both clusters, instead of flipping the field.
+        yield_to_kix_clusters: true,
         prune: true,
         activation: Some(name.clone()),
     };
@@ -267,6 +270,7 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         engine: kix_api::Engine::Operator,
         accept_migrations: true,
         force_conflicts: true,
+        yield_to_kix_clusters: true,
         allow_empty: true,
         on_error: OnError::Continue,
         record: Some(name.clone()),

@@ -218,8 +218,10 @@ async fn deploy_with_operator(
 ) -> anyhow::Result<ExitCode> {
     use super::operator;
     operator::warn_local_engine_flags();
-    // Conflicts are the operator's to resolve (it applies with force).
+    // Conflicts with controllers are the operator's to resolve (it applies
+    // with force); conflicts with other Kix clusters it refuses, so does this.
     options.force_conflicts = true;
+    options.yield_to_kix_clusters = true;
     kix_engine::deploy::check_plan(plan, build, &options)?;
     operator::require_records(client).await?;
     if !confirm(

@@ -48,6 +48,7 @@ impl EngineArgs {
         PlanOptions {
             reconcile: self.reconcile,
             force_conflicts: self.force_conflicts,
+            yield_to_kix_clusters: false,
             prune: self.prune,
             activation: None,
         }

@@ -1,0 +1,660 @@
+//! Field ownership: every Kix cluster applies as its own server-side apply
+//! field manager (`kix/<cluster>`), so the apiserver tracks each cluster's
+//! fields apart from every other cluster's and every controller's.
+//!
+//! - **Conflicts**: an apply is sent without force first. A 409 names the
+//!   contested fields and their managers ([`Contest`]); kix takes a field
+//!   only when the [`Takeover`] allows it: its own bookkeeping annotations and
+//!   the single manager of earlier versions always, other controllers when
+//!   forced or correcting drift, another Kix cluster only with an explicit
+//!   `--force-conflicts`.
+//! - **Drift** ([`drifted_fields`]) is decided from the server's managed
+//!   fields, not from values: a field the build sets that kix's manager no
+//!   longer owns was changed or removed by someone else (the server moves a
+//!   field's ownership to whoever changes it). What the apiserver omits,
+//!   defaults or normalises (`minReadySeconds: 0`, `cpu: 1000m`) stays owned
+//!   and is never drift; fields other managers own that kix never set are
+//!   not looked at.
+//! - **Take-over** from [`LEGACY_FIELD_MANAGER`]: the first deploy by a
+//!   cluster applies its fields as its own manager (sharing them with `kix`),
+//!   then, once every Kix cluster that shares the object has its own manager,
+//!   `kix` gives up its fields with an empty apply — the documented way to
+//!   transfer ownership between managers.
+
+use kix_api::{ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, LEGACY_FIELD_MANAGER};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Map, Value, json};
+
+/// Whose fields an apply may take when the server reports conflicts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Takeover {
+    /// Fields of managers that are not Kix clusters (kubectl, controllers).
+    pub from_controllers: bool,
+    /// Fields another Kix cluster set to another value.
+    pub from_kix_clusters: bool,
+}
+
+impl Takeover {
+    pub const ALL: Takeover = Takeover {
+        from_controllers: true,
+        from_kix_clusters: true,
+    };
+}
+
+/// One field the server refused to let an apply change, and its manager.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contest {
+    /// Dotted path as the server names it, without the leading dot.
+    pub field: String,
+    /// The manager holding it (`kix/infra`, `kubectl-edit`), or the server's
+    /// message when it names none.
+    pub manager: String,
+}
+
+/// Who holds a contested field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Contender {
+    /// kix's digest and activations annotations: kix's, whoever wrote them last.
+    KixAnnotation,
+    /// The single field manager of earlier kix versions.
+    Legacy,
+    KixCluster(String),
+    Other(String),
+}
+
+impl Contest {
+    pub fn contender(&self) -> Contender {
+        let annotation = |a: &str| self.field == format!("metadata.annotations.{a}");
+        if annotation(ANNOTATION_DIGEST) || annotation(ANNOTATION_ACTIVATIONS) {
+            Contender::KixAnnotation
+        } else if self.manager == LEGACY_FIELD_MANAGER {
+            Contender::Legacy
+        } else if let Some(cluster) = kix_api::cluster_of_manager(&self.manager) {
+            Contender::KixCluster(cluster.to_owned())
+        } else {
+            Contender::Other(self.manager.clone())
+        }
+    }
+
+    fn takeable(&self, takeover: Takeover) -> bool {
+        match self.contender() {
+            Contender::KixAnnotation | Contender::Legacy => true,
+            Contender::KixCluster(_) => takeover.from_kix_clusters,
+            Contender::Other(_) => takeover.from_controllers,
+        }
+    }
+
+    /// How the plan shows it, from `cluster`'s side.
+    pub fn describe(&self, cluster: &str) -> String {
+        match self.contender() {
+            Contender::KixCluster(other) => format!(
+                "{}: Kix cluster {other:?} (field manager {}) set another value than Kix cluster {cluster:?}",
+                self.field, self.manager
+            ),
+            _ => format!("{}: conflict with {:?}", self.field, self.manager),
+        }
+    }
+}
+
+/// The contested fields of a 409 from server-side apply. The server names
+/// each as `conflict with "<manager>"` (`… using <apiVersion>` for a manager
+/// whose last write was an update).
+pub fn contests(status: &kube::core::Status) -> Vec<Contest> {
+    let causes = status
+        .details
+        .as_ref()
+        .map(|d| d.causes.as_slice())
+        .unwrap_or_default();
+    causes
+        .iter()
+        .map(|cause| Contest {
+            field: cause.field.trim_start_matches('.').to_owned(),
+            manager: cause
+                .message
+                .split('"')
+                .nth(1)
+                .unwrap_or(&cause.message)
+                .to_owned(),
+        })
+        .collect()
+}
+
+/// What an apply came to.
+#[derive(Debug)]
+pub enum Applied {
+    Object(Box<DynamicObject>),
+    /// Fields the [`Takeover`] does not allow taking: nothing was changed.
+    Conflicts(Vec<Contest>),
+}
+
+/// Server-side applies `manifest` as `manager`: first without force; on a
+/// conflict, once more with force when every contested field may be taken.
+pub async fn apply(
+    api: &Api<DynamicObject>,
+    name: &str,
+    manifest: &Value,
+    manager: &str,
+    takeover: Takeover,
+    dry_run: bool,
+) -> kube::Result<Applied> {
+    let mut params = PatchParams::apply(manager);
+    params.dry_run = dry_run;
+    params.force = takeover == Takeover::ALL;
+    let patch = Patch::Apply(manifest);
+    match api.patch(name, &params, &patch).await {
+        Ok(object) => Ok(Applied::Object(Box::new(object))),
+        Err(kube::Error::Api(status)) if status.code == 409 && !params.force => {
+            let contested = contests(&status);
+            if contested.is_empty() {
+                return Ok(Applied::Conflicts(vec![Contest {
+                    field: String::new(),
+                    manager: status.message.clone(),
+                }]));
+            }
+            let refused: Vec<Contest> = contested
+                .into_iter()
+                .filter(|c| !c.takeable(takeover))
+                .collect();
+            if !refused.is_empty() {
+                return Ok(Applied::Conflicts(refused));
+            }
+            params.force = true;
+            let object = api.patch(name, &params, &patch).await?;
+            Ok(Applied::Object(Box::new(object)))
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// What the next apply of an object does about [`LEGACY_FIELD_MANAGER`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Legacy {
+    /// Not applied by it (or this cluster already took over).
+    #[default]
+    None,
+    /// Apply as this cluster's manager; `kix` keeps its fields because a Kix
+    /// cluster sharing the object has not taken over yet.
+    TakeOver,
+    /// Apply as this cluster's manager, then `kix` gives up its fields.
+    TakeOverAndRelease,
+}
+
+impl Legacy {
+    /// From the object's appliers (managers with an Apply entry) and the
+    /// Kix clusters that share it besides `cluster`.
+    pub fn of(appliers: &[String], cluster: &str, others: &[String]) -> Legacy {
+        let applies = |m: &str| appliers.iter().any(|a| a == m);
+        if !applies(LEGACY_FIELD_MANAGER) || applies(&kix_api::field_manager(cluster)) {
+            Legacy::None
+        } else if others
+            .iter()
+            .all(|c| applies(&kix_api::field_manager(c)))
+        {
+            Legacy::TakeOverAndRelease
+        } else {
+            Legacy::TakeOver
+        }
+    }
+}
+
+/// The note of a plan's take-over.
+pub const NOTE_TAKE_OVER: &str = "field manager kix becomes kix/<cluster> (one write, same fields)";
+
+/// [`LEGACY_FIELD_MANAGER`] gives up every field it owns: an apply of the
+/// object's identity alone. Fields this cluster's manager (or any other)
+/// shares stay; fields only `kix` held are removed, as its next apply of a
+/// build without them would have done.
+pub async fn release_legacy(api: &Api<DynamicObject>, manifest: &Value) -> kube::Result<()> {
+    let mut metadata = Map::new();
+    for key in ["name", "namespace"] {
+        if let Some(v) = manifest["metadata"].get(key) {
+            metadata.insert(key.to_owned(), v.clone());
+        }
+    }
+    let empty = json!({
+        "apiVersion": manifest["apiVersion"],
+        "kind": manifest["kind"],
+        "metadata": metadata,
+    });
+    let name = manifest["metadata"]["name"].as_str().unwrap_or_default();
+    api.patch(
+        name,
+        &PatchParams::apply(LEGACY_FIELD_MANAGER),
+        &Patch::Apply(&empty),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// The managers with an Apply entry on `live`.
+pub fn appliers(live: &Value) -> Vec<String> {
+    entries(live)
+        .filter(|e| e.operation == "Apply")
+        .map(|e| e.manager.to_owned())
+        .collect()
+}
+
+/// The field set `manager` applied on `object` (its Apply entry's `fieldsV1`).
+pub fn owned_fields<'a>(object: &'a Value, manager: &str) -> Option<&'a Map<String, Value>> {
+    entries(object)
+        .find(|e| e.manager == manager && e.operation == "Apply" && e.subresource.is_none())
+        .and_then(|e| e.fields)
+}
+
+// ---------------------------------------------------------------- drift
+
+/// A field the build sets that kix's manager no longer owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriftedField {
+    /// Dotted path into the manifest, list indexes in brackets.
+    pub path: String,
+    /// The managers that own it now.
+    pub by: Vec<String>,
+    /// Whether the live object still has it.
+    pub present: bool,
+}
+
+impl std::fmt::Display for DriftedField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.by.as_slice(), self.present) {
+            ([], false) => write!(f, "{} (removed)", self.path),
+            ([], true) => write!(f, "{} (no field manager owns it)", self.path),
+            (by, _) => write!(f, "{} (changed by {})", self.path, by.join(", ")),
+        }
+    }
+}
+
+/// One entry of `metadata.managedFields`.
+struct Entry<'a> {
+    manager: &'a str,
+    operation: &'a str,
+    subresource: Option<&'a str>,
+    fields: Option<&'a Map<String, Value>>,
+}
+
+fn entries(live: &Value) -> impl Iterator<Item = Entry<'_>> {
+    live["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| Entry {
+            manager: e["manager"].as_str().unwrap_or_default(),
+            operation: e["operation"].as_str().unwrap_or_default(),
+            subresource: e["subresource"].as_str().filter(|s| !s.is_empty()),
+            fields: e["fieldsV1"].as_object(),
+        })
+}
+
+/// The fields of `manifest` (what kix applied) that `manager` no longer owns
+/// on `live`, with who owns them now. Before the take-over from
+/// [`LEGACY_FIELD_MANAGER`], that manager's fields count as kix's.
+pub fn drifted_fields(manifest: &Value, live: &Value, manager: &str) -> Vec<DriftedField> {
+    let taken_over = entries(live).any(|e| e.manager == manager && e.operation == "Apply");
+    let kix = if taken_over {
+        manager
+    } else {
+        LEGACY_FIELD_MANAGER
+    };
+    let ours = |m: &str| m == kix;
+    let empty = Map::new();
+    let mine = entries(live)
+        .find(|e| ours(e.manager) && e.operation == "Apply" && e.subresource.is_none())
+        .map(|e| e.fields.unwrap_or(&empty));
+    let mut unowned = Vec::new();
+    walk(manifest, mine, &mut Vec::new(), &mut unowned);
+    unowned
+        .into_iter()
+        .map(|steps| {
+            let mut by: Vec<String> = entries(live)
+                .filter(|e| !(ours(e.manager) && e.operation == "Apply"))
+                .filter(|e| e.fields.is_some_and(|f| owns(f, &steps)))
+                .map(|e| e.manager.to_owned())
+                .collect();
+            by.sort();
+            by.dedup();
+            DriftedField {
+                path: render(&steps),
+                present: lookup(live, &steps).is_some(),
+                by,
+            }
+        })
+        .collect()
+}
+
+/// One step into a manifest: a field, or a list item (with its value, which
+/// finds the item in a managed-fields set by its keys).
+#[derive(Clone, Copy)]
+enum Step<'a> {
+    Field(&'a str),
+    Item(usize, &'a Value),
+}
+
+fn render(steps: &[Step]) -> String {
+    let mut out = String::new();
+    for step in steps {
+        match step {
+            Step::Field(name) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(name);
+            }
+            Step::Item(i, _) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// Paths of a manifest that drift never considers: identity, status, and
+/// kix's own annotations (contested between the Kix clusters sharing an
+/// object by design).
+fn ignored(steps: &[Step]) -> bool {
+    let path = render(steps);
+    matches!(
+        path.as_str(),
+        "apiVersion" | "kind" | "status" | "metadata.name" | "metadata.namespace"
+    ) || path.starts_with("metadata.annotations.kix.run/")
+}
+
+/// Collects the paths under `value` that `node` (the owned set at this
+/// point; `None`: nothing owned here) does not cover.
+fn walk<'a>(
+    value: &'a Value,
+    node: Option<&Map<String, Value>>,
+    steps: &mut Vec<Step<'a>>,
+    out: &mut Vec<Vec<Step<'a>>>,
+) {
+    if ignored(steps) || value.is_null() {
+        return;
+    }
+    // An empty list is never a member of a managed-fields set: nothing to own.
+    if value.as_array().is_some_and(Vec::is_empty) {
+        return;
+    }
+    // A member with no children owns everything below it (an atomic map,
+    // list or struct, or an empty map as applied).
+    if node.is_some_and(|n| n.keys().all(|k| k == ".")) && !steps.is_empty() {
+        return;
+    }
+    let children: Vec<(Step<'a>, &'a Value)> = match value {
+        Value::Object(map) if !map.is_empty() => map
+            .iter()
+            .map(|(k, v)| (Step::Field(k.as_str()), v))
+            .collect(),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (Step::Item(i, v), v))
+            .collect(),
+        _ => {
+            if node.is_none() {
+                out.push(steps.clone());
+            }
+            return;
+        }
+    };
+    for (step, child) in children {
+        let child_node = node.and_then(|n| child_of(n, step));
+        steps.push(step);
+        walk(child, child_node, steps, out);
+        steps.pop();
+    }
+}
+
+/// The set node of `step` below `node`.
+fn child_of<'n>(node: &'n Map<String, Value>, step: Step) -> Option<&'n Map<String, Value>> {
+    match step {
+        Step::Field(name) => node.get(&format!("f:{name}")).and_then(Value::as_object),
+        Step::Item(index, item) => item_of(node, index, item),
+    }
+}
+
+/// The set node of a list item: by its keys (`k:{"name":"web"}`; a key
+/// field the manifest leaves to its default, such as a port's protocol,
+/// is not required), by its value (`v:"a"`), or by its index (`i:0`).
+fn item_of<'n>(
+    node: &'n Map<String, Value>,
+    index: usize,
+    item: &Value,
+) -> Option<&'n Map<String, Value>> {
+    let mut best: Option<(usize, &'n Map<String, Value>)> = None;
+    for (key, child) in node {
+        let Some(child) = child.as_object() else {
+            continue;
+        };
+        if let Some(keys) = key.strip_prefix("k:") {
+            let Ok(Value::Object(keys)) = serde_json::from_str::<Value>(keys) else {
+                continue;
+            };
+            let (Value::Object(fields), false) = (item, keys.is_empty()) else {
+                continue;
+            };
+            let mut matched = 0;
+            let all = keys.iter().all(|(k, v)| match fields.get(k) {
+                Some(mine) if same_scalar(mine, v) => {
+                    matched += 1;
+                    true
+                }
+                Some(_) => false,
+                None => true,
+            });
+            if all && matched > 0 && best.is_none_or(|(m, _)| matched > m) {
+                best = Some((matched, child));
+            }
+        } else if let Some(value) = key.strip_prefix("v:") {
+            if serde_json::from_str::<Value>(value).is_ok_and(|v| same_scalar(item, &v)) {
+                return Some(child);
+            }
+        } else if key.strip_prefix("i:") == Some(index.to_string().as_str()) {
+            return Some(child);
+        }
+    }
+    best.map(|(_, child)| child)
+}
+
+/// Equal as the server compares keys: numbers by value, and a number written
+/// as a string (`"80"`) equal to the number.
+fn same_scalar(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::String(s), Value::Number(n)) | (Value::Number(n), Value::String(s)) => {
+            s.parse::<f64>().ok() == n.as_f64()
+        }
+        _ => a == b,
+    }
+}
+
+/// Whether the set `fields` covers the path `steps`.
+fn owns(fields: &Map<String, Value>, steps: &[Step]) -> bool {
+    let mut node = fields;
+    for step in steps {
+        if node.keys().all(|k| k == ".") && !std::ptr::eq(node, fields) {
+            return true;
+        }
+        match child_of(node, *step) {
+            Some(child) => node = child,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// The live value at `steps` (list items by index).
+fn lookup<'v>(live: &'v Value, steps: &[Step]) -> Option<&'v Value> {
+    let mut value = live;
+    for step in steps {
+        value = match step {
+            Step::Field(name) => value.get(*name)?,
+            Step::Item(i, _) => value.get(*i)?,
+        };
+    }
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live(entries: Value, body: Value) -> Value {
+        let mut live = body;
+        live["metadata"]["managedFields"] = entries;
+        live
+    }
+
+    #[test]
+    fn zero_values_empty_collections_and_defaulted_keys_stay_owned() {
+        // What the apiserver recorded for this manifest (v1.36).
+        let manifest = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "n"},
+            "spec": {"replicas": 0, "minReadySeconds": 0,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                    "containers": [{"name": "main", "image": "x", "env": [],
+                        "securityContext": {}, "ports": [{"containerPort": 80}],
+                        "resources": {"requests": {"cpu": 0.5}, "limits": {"cpu": "1000m"}}}]}}}});
+        let fields = json!({"f:spec": {"f:minReadySeconds": {}, "f:replicas": {}, "f:selector": {},
+            "f:template": {"f:metadata": {"f:labels": {"f:app": {}}}, "f:spec": {"f:containers": {
+                "k:{\"name\":\"main\"}": {".": {}, "f:image": {}, "f:name": {},
+                    "f:ports": {"k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}},
+                    "f:resources": {"f:limits": {"f:cpu": {}}, "f:requests": {"f:cpu": {}}},
+                    "f:securityContext": {}}}}}}});
+        let live = live(
+            json!([{"manager": "kix/a", "operation": "Apply", "fieldsV1": fields}]),
+            json!({"spec": {}}),
+        );
+        assert_eq!(drifted_fields(&manifest, &live, "kix/a"), []);
+    }
+
+    #[test]
+    fn a_field_another_manager_took_is_drift_named_after_it() {
+        let manifest = json!({"data": {"x": "1", "y": "1"}, "metadata": {"labels": {"app": "a"}}});
+        let live = live(
+            json!([
+                {"manager": "kix/a", "operation": "Apply",
+                 "fieldsV1": {"f:data": {"f:y": {}}, "f:metadata": {"f:labels": {"f:app": {}}}}},
+                {"manager": "kubectl-edit", "operation": "Update",
+                 "fieldsV1": {"f:data": {"f:x": {}, "f:extra": {}}}},
+            ]),
+            json!({"data": {"x": "2", "y": "1", "extra": "e"}}),
+        );
+        let drifted = drifted_fields(&manifest, &live, "kix/a");
+        assert_eq!(
+            drifted.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["data.x (changed by kubectl-edit)"]
+        );
+        // Removed: nobody owns it and it is gone.
+        let live = live_without_x();
+        assert_eq!(
+            drifted_fields(&manifest, &live, "kix/a")[0].to_string(),
+            "data.x (removed)"
+        );
+    }
+
+    fn live_without_x() -> Value {
+        live(
+            json!([{"manager": "kix/a", "operation": "Apply",
+                    "fieldsV1": {"f:data": {"f:y": {}}, "f:metadata": {"f:labels": {"f:app": {}}}}}]),
+            json!({"data": {"y": "1"}}),
+        )
+    }
+
+    #[test]
+    fn the_legacy_manager_counts_as_kix_until_the_take_over() {
+        let manifest = json!({"data": {"x": "1"}});
+        let fields = json!({"f:data": {"f:x": {}}});
+        let legacy = live(
+            json!([{"manager": "kix", "operation": "Apply", "fieldsV1": fields}]),
+            json!({"data": {"x": "1"}}),
+        );
+        assert_eq!(drifted_fields(&manifest, &legacy, "kix/a"), []);
+        // Once kix/a applies, only its own entry counts.
+        let both = live(
+            json!([{"manager": "kix", "operation": "Apply", "fieldsV1": fields},
+                   {"manager": "kix/a", "operation": "Apply", "fieldsV1": {"f:data": {}}}]),
+            json!({"data": {"x": "1"}}),
+        );
+        assert_eq!(drifted_fields(&manifest, &both, "kix/a"), []);
+    }
+
+    #[test]
+    fn list_items_are_found_by_keys_values_and_indexes() {
+        let node: Map<String, Value> = serde_json::from_value(json!({
+            "k:{\"port\":53,\"protocol\":\"UDP\"}": {"f:a": {}},
+            "k:{\"port\":53,\"protocol\":\"TCP\"}": {"f:b": {}},
+            "v:\"x\"": {}, "i:3": {"f:c": {}}
+        }))
+        .expect("map");
+        let udp = json!({"port": 53, "protocol": "UDP"});
+        let found = item_of(&node, 0, &udp).expect("udp");
+        assert!(found.contains_key("f:a"));
+        let tcp = json!({"port": "53", "protocol": "TCP"});
+        assert!(item_of(&node, 0, &tcp).expect("tcp").contains_key("f:b"));
+        assert!(item_of(&node, 0, &json!({"port": 54})).is_none());
+        assert!(item_of(&node, 0, &json!("x")).is_some());
+        assert!(item_of(&node, 3, &json!("y")).expect("i:3").contains_key("f:c"));
+    }
+
+    #[test]
+    fn contests_name_field_and_manager_and_who_may_take_them() {
+        let status: kube::core::Status = serde_json::from_value(json!({
+            "status": "Failure", "code": 409, "reason": "Conflict",
+            "message": "Apply failed with 3 conflicts",
+            "details": {"causes": [
+                {"reason": "FieldManagerConflict", "message": "conflict with \"kix/b\"", "field": ".data.level"},
+                {"reason": "FieldManagerConflict", "message": "conflict with \"kubectl-edit\" using v1", "field": ".data.x"},
+                {"reason": "FieldManagerConflict", "message": "conflict with \"kix\"", "field": ".metadata.annotations.kix.run/digest"}
+            ]}}))
+        .expect("status");
+        let contested = contests(&status);
+        assert_eq!(
+            contested
+                .iter()
+                .map(Contest::contender)
+                .collect::<Vec<_>>(),
+            [
+                Contender::KixCluster("b".into()),
+                Contender::Other("kubectl-edit".into()),
+                Contender::KixAnnotation
+            ]
+        );
+        assert_eq!(
+            contested[0].describe("a"),
+            "data.level: Kix cluster \"b\" (field manager kix/b) set another value than Kix cluster \"a\""
+        );
+        let controllers = Takeover {
+            from_controllers: true,
+            from_kix_clusters: false,
+        };
+        assert!(!contested[0].takeable(controllers));
+        assert!(contested[1].takeable(controllers));
+        assert!(contested[2].takeable(Takeover::default()));
+        let legacy = Contest {
+            field: "data.x".into(),
+            manager: "kix".into(),
+        };
+        assert!(legacy.takeable(Takeover::default()));
+    }
+
+    #[test]
+    fn legacy_take_over_waits_for_every_sharing_cluster() {
+        let appliers = |m: &[&str]| m.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let others = |c: &[&str]| c.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            Legacy::of(&appliers(&["kix"]), "a", &[]),
+            Legacy::TakeOverAndRelease
+        );
+        assert_eq!(
+            Legacy::of(&appliers(&["kix"]), "a", &others(&["b"])),
+            Legacy::TakeOver
+        );
+        assert_eq!(
+            Legacy::of(&appliers(&["kix", "kix/b"]), "a", &others(&["b"])),
+            Legacy::TakeOverAndRelease
+        );
+        assert_eq!(
+            Legacy::of(&appliers(&["kix", "kix/a"]), "a", &others(&["b"])),
+            Legacy::None
+        );
+        assert_eq!(Legacy::of(&appliers(&["kix/a"]), "a", &[]), Legacy::None);
+    }
+}
