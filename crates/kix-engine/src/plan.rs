@@ -686,8 +686,12 @@ async fn dry_run(
 
 /// Whose fields applying `planned` may take: other controllers' when forced,
 /// adopting or correcting drift; other Kix clusters' only when forced by a
-/// user (`yield_to_kix_clusters` unset).
+/// user (`yield_to_kix_clusters` unset). An adopted object carried no kix
+/// labels, so no Kix cluster applied it: forced at once (one request).
 pub fn takeover(planned: &PlannedObject, force: bool, yield_to_kix_clusters: bool) -> Takeover {
+    if planned.action == Action::Adopt {
+        return Takeover::ALL;
+    }
     Takeover {
         from_controllers: force || planned.action == Action::Adopt || planned.is_drift(),
         from_kix_clusters: force && !yield_to_kix_clusters,

@@ -44,13 +44,14 @@ async fn applied_objects_carry_ownership_labels_and_annotations() {
             activation.as_str(),
             "{live:#}"
         );
-        // Applied by the field manager `kix` with server-side apply.
+        // Applied by the Kix cluster's own field manager with server-side apply.
         assert!(
             live["metadata"]["managedFields"]
                 .as_array()
                 .expect("managedFields")
                 .iter()
-                .any(|m| m["manager"] == "kix" && m["operation"] == "Apply"),
+                .any(|m| m["manager"] == format!("kix/{}", kit.cluster())
+                    && m["operation"] == "Apply"),
             "{live:#}"
         );
     }

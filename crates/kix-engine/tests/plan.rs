@@ -311,7 +311,7 @@ async fn a_field_of_another_manager_is_a_conflict_until_forced() {
         })
         .collect();
     assert!(
-        managers["kix"].contains("f:x"),
+        managers[&format!("kix/{}", kit.cluster())].contains("f:x"),
         "kix owns data.x: {managers:?}"
     );
     assert!(
