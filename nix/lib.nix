@@ -18,6 +18,7 @@
 #     resources = [ { apiVersion = "v1"; kind = "ConfigMap"; metadata.name = "web"; } ];
 #     manifests = [ ./web.yaml helmOutput ];  # YAML/JSON files or directories
 #     migrations = [ { from = "1.1.0"; to = "1.2.0"; description = "..."; actions = [ ... ]; } ];
+#     handoff = [ { kind = "Deployment"; fields = [ "spec.replicas" ]; } ];  # left to other managers
 #   };
 #
 # A list of declarations that each carry a `name` is accepted too
@@ -80,6 +81,16 @@ let
     "resources"
     "manifests"
     "migrations"
+    "handoff"
+  ];
+
+  # A handoff rule: fields kix leaves to another manager (an autoscaler).
+  handoffAttrs = [
+    "apiVersion"
+    "kind"
+    "name"
+    "namespace"
+    "fields"
   ];
 
   migrationAttrs = [
@@ -247,6 +258,7 @@ let
           resources = flatten (p.resources or [ ]);
           manifests = p.manifests or [ ];
           migrations = p.migrations or [ ];
+          handoff = p.handoff or [ ];
 
           describeResource =
             i: r:
@@ -362,6 +374,21 @@ let
             && (isString (o.kind or null) || f "`object.kind` is missing")
             && (isString (o.name or null) || f "`object.name` is missing");
 
+          # {kind, fields = [ "spec.replicas" ], apiVersion?, name?, namespace?}
+          checkHandoff =
+            i: h:
+            let
+              f = msg: pfail "handoff ${toString i}: ${msg}";
+              unknown = filter (a: !(elem a handoffAttrs)) (attrNames h);
+              optionalString = a: !(h ? ${a}) || isString h.${a} || f "`${a}` must be a string";
+            in
+            (isAttrs h || f "must be an attrset, got ${describeValue h}")
+            && (unknown == [ ] || f "unknown attribute(s) ${quoteList unknown}; a handoff takes ${quoteList handoffAttrs}")
+            && (isString (h.kind or null) && h.kind != "" || f "missing `kind`")
+            && (isList (h.fields or null) && h.fields != [ ] || f "`fields` must be a non-empty list of field paths such as \"spec.replicas\"")
+            && (all (x: isString x && x != "" || f "`fields` entries must be non-empty strings, got ${describeValue x}") h.fields)
+            && all optionalString [ "apiVersion" "name" "namespace" ];
+
           checks = [
             (isAttrs raw || pfail "must be an attrset, got ${describeValue raw}")
             (
@@ -390,6 +417,8 @@ let
             (all (x: x) (imap0 checkResource resources))
             (all (x: x) (imap0 checkManifest manifests))
             (all (x: x) (imap0 checkMigration migrations))
+            (isList handoff || pfail "`handoff` must be a list")
+            (all (x: x) (imap0 checkHandoff handoff))
           ];
         in
         checkAll checks {
@@ -401,6 +430,7 @@ let
             resources
             manifests
             migrations
+            handoff
             ;
         };
 
@@ -482,6 +512,7 @@ let
             inherit (p) name version dependsOn migrations;
           }
           // (if p.namespace == null then { } else { inherit (p) namespace; })
+          // (if p.handoff == [ ] then { } else { inherit (p) handoff; })
         );
 
       width = count: if count > 1000 then stringLength (toString (count - 1)) else 3;

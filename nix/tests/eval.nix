@@ -107,7 +107,37 @@ let
       namespace = null;
       manifests = [ ];
       migrations = [ ];
+      handoff = [ ];
     } (removeAttrs clusters.minimal.packages.app [ "resources" ]);
+    handoffInPackageJson = eq [
+      {
+        kind = "Deployment";
+        fields = [ "spec.replicas" ];
+      }
+      {
+        apiVersion = "apps/v1";
+        kind = "StatefulSet";
+        name = "db";
+        fields = [ "spec.replicas" ];
+      }
+    ] (fromJSON (mk {
+      packages.p = {
+        version = "1";
+        handoff = [
+          {
+            kind = "Deployment";
+            fields = [ "spec.replicas" ];
+          }
+          {
+            apiVersion = "apps/v1";
+            kind = "StatefulSet";
+            name = "db";
+            fields = [ "spec.replicas" ];
+          }
+        ];
+      };
+    }).kix_p0).handoff;
+    noHandoffNoKey = eq false ((fromJSON clusters.basic.kix_p0) ? handoff);
     resourceJson = eq (cm "x" // { data.k = "v"; }) (
       fromJSON (mk { packages.p = { version = "1"; resources = [ (cm "x" // { data.k = "v"; }) ]; }; }).kix_p0_r0
     );

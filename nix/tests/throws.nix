@@ -509,4 +509,49 @@ in
           ];
         };
       });
+  handoffWithoutFields =
+    case
+      [
+        "package \"web\""
+        "handoff 0"
+        "`fields` must be a non-empty list"
+      ]
+      (mk {
+        packages.web = {
+          version = "1";
+          handoff = [ { kind = "Deployment"; } ];
+        };
+      });
+  handoffUnknownAttribute =
+    case
+      [
+        "handoff 1"
+        "unknown attribute(s) \"field\""
+      ]
+      (mk {
+        packages.web = {
+          version = "1";
+          handoff = [
+            {
+              kind = "Deployment";
+              fields = [ "spec.replicas" ];
+            }
+            {
+              kind = "Deployment";
+              field = "spec.replicas";
+            }
+          ];
+        };
+      });
+  handoffNotAList =
+    case
+      [ "`handoff` must be a list" ]
+      (mk {
+        packages.web = {
+          version = "1";
+          handoff = {
+            kind = "Deployment";
+          };
+        };
+      });
 }
