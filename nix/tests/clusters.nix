@@ -103,6 +103,14 @@ in
             ];
           }
         ];
+        # An autoscaler owns the replicas.
+        handoff = [
+          {
+            kind = "Deployment";
+            name = "web";
+            fields = [ "spec.replicas" ];
+          }
+        ];
       };
       api = {
         version = "0.3.1";

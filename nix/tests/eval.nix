@@ -93,6 +93,13 @@ let
           ];
         }
       ];
+      handoff = [
+        {
+          kind = "Deployment";
+          name = "web";
+          fields = [ "spec.replicas" ];
+        }
+      ];
     } (fromJSON clusters.basic.kix_p2);
     namespaceOmittedWhenNull = eq {
       name = "db";

@@ -102,8 +102,15 @@ async fn published_manifests_show_no_drift_right_after_a_clean_deploy() {
         .map(|o| format!("{} {}: {}", o["action"], o["key"], o["note"]))
         .collect();
     assert!(changed.is_empty(), "false drift:\n{}", changed.join("\n"));
-    kix.kix(&["plan", kix.cluster(), "--path", path, "--reconcile", "--exit-code"])
-        .ok();
+    kix.kix(&[
+        "plan",
+        kix.cluster(),
+        "--path",
+        path,
+        "--reconcile",
+        "--exit-code",
+    ])
+    .ok();
     delete_cluster_scoped(&kix);
 }
 

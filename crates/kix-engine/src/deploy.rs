@@ -933,6 +933,11 @@ async fn apply_one(
     let takeover = crate::plan::takeover(p, force, options.yield_to_kix_clusters);
     let manifest = applied_manifest(d, &p.activations);
     let manager = kix_api::field_manager(&d.cluster);
+    if !d.handed_off.is_empty() && p.action != Action::Create {
+        ownership::hand_over(&api, &manifest, &d.handed_off, &manager)
+            .await
+            .map_err(|e| format!("handing fields over: {}", crate::error::api_message(&e)))?;
+    }
     let applied = ownership::apply(&api, &d.key.name, &manifest, &manager, takeover, false)
         .await
         .map_err(|e| crate::error::api_message(&e))?;
@@ -946,7 +951,12 @@ async fn apply_one(
     if p.legacy == ownership::Legacy::TakeOverAndRelease {
         ownership::release_legacy(&api, &manifest)
             .await
-            .map_err(|e| format!("releasing field manager kix: {}", crate::error::api_message(&e)))?;
+            .map_err(|e| {
+                format!(
+                    "releasing field manager kix: {}",
+                    crate::error::api_message(&e)
+                )
+            })?;
     }
     Ok(serde_json::to_value(object).unwrap_or_default())
 }

@@ -27,6 +27,8 @@ pub struct Desired {
     /// package's handed-off fields removed; the activations annotation is
     /// added at apply time.
     pub manifest: Value,
+    /// Fields of the package's handoff rules that cover this object.
+    pub handed_off: Vec<String>,
     /// Digest of the manifest as applied (without the digest annotation and
     /// the activations annotation): the next plan's fast path.
     pub digest: String,
@@ -72,8 +74,14 @@ pub async fn desired_objects(build: &Build, resources: &mut Resources) -> Result
         }
         // Handed-off fields are never applied, so kix never owns them.
         let handoff = build.package(&object.package).map(|p| p.handoff.as_slice());
-        for rule in handoff.unwrap_or_default().iter().filter(|r| r.covers(&key)) {
+        let mut handed_off = Vec::new();
+        for rule in handoff
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r.covers(&key))
+        {
             rule.strip(&mut manifest);
+            handed_off.extend(rule.fields.iter().cloned());
         }
         let digest = stamp(&mut manifest, &key, &object.package);
         out.push(Desired {
@@ -84,6 +92,7 @@ pub async fn desired_objects(build: &Build, resources: &mut Resources) -> Result
             package: object.package.clone(),
             resource,
             manifest,
+            handed_off,
             digest,
             source: object.source.clone(),
         });

@@ -52,8 +52,8 @@ use std::fmt;
 use std::time::Instant;
 
 use kix_api::{
-    ANNOTATION_ACTIVATIONS, LABEL_MANAGED_BY, LABEL_OWNER, LABEL_PACKAGE,
-    MANAGED_BY_VALUE, PackageInstance, owner_value,
+    ANNOTATION_ACTIVATIONS, LABEL_MANAGED_BY, LABEL_OWNER, LABEL_PACKAGE, MANAGED_BY_VALUE,
+    PackageInstance, owner_value,
 };
 use kix_manifest::{
     ActionKind, Build, MigrationAction, ObjectKey, ObjectRef, Package, VersionRange,

@@ -186,10 +186,7 @@ impl Legacy {
         let applies = |m: &str| appliers.iter().any(|a| a == m);
         if !applies(LEGACY_FIELD_MANAGER) || applies(&kix_api::field_manager(cluster)) {
             Legacy::None
-        } else if others
-            .iter()
-            .all(|c| applies(&kix_api::field_manager(c)))
-        {
+        } else if others.iter().all(|c| applies(&kix_api::field_manager(c))) {
             Legacy::TakeOverAndRelease
         } else {
             Legacy::TakeOver
@@ -239,6 +236,59 @@ pub fn owned_fields<'a>(object: &'a Value, manager: &str) -> Option<&'a Map<Stri
     entries(object)
         .find(|e| e.manager == manager && e.operation == "Apply" && e.subresource.is_none())
         .and_then(|e| e.fields)
+}
+
+/// Field manager that holds handed-off fields kix owned until a handoff rule
+/// named them, so that kix's apply without them does not reset them to their
+/// defaults. It lets them go, and disappears, once their new manager writes
+/// them (the documented hand-over of `spec.replicas` to an autoscaler).
+pub const HANDOVER_FIELD_MANAGER: &str = "kix-handover";
+
+/// Before an apply without the handed-off `fields`: those of them that
+/// `manager` still owns on the live object are applied, with their live
+/// values, as [`HANDOVER_FIELD_MANAGER`] (sharing them: no conflict, no
+/// change). A GET, and an apply only when kix owned one of them.
+pub async fn hand_over(
+    api: &Api<DynamicObject>,
+    manifest: &Value,
+    fields: &[String],
+    manager: &str,
+) -> kube::Result<()> {
+    let name = manifest["metadata"]["name"].as_str().unwrap_or_default();
+    let Some(live) = api.get_opt(name).await? else {
+        return Ok(());
+    };
+    let live = serde_json::to_value(live).unwrap_or_default();
+    let Some(owned) = owned_fields(&live, manager) else {
+        return Ok(());
+    };
+    let held: Vec<String> = fields
+        .iter()
+        .filter(|f| {
+            let path = kix_manifest::field_segments(f);
+            let steps: Vec<Step> = path.iter().map(|s| Step::Field(s)).collect();
+            owns(owned, &steps)
+        })
+        .cloned()
+        .collect();
+    if held.is_empty() {
+        return Ok(());
+    }
+    let mut partial = kix_manifest::select_fields(&held, &live);
+    partial["apiVersion"] = manifest["apiVersion"].clone();
+    partial["kind"] = manifest["kind"].clone();
+    for key in ["name", "namespace"] {
+        if let Some(v) = manifest["metadata"].get(key) {
+            partial["metadata"][key] = v.clone();
+        }
+    }
+    api.patch(
+        name,
+        &PatchParams::apply(HANDOVER_FIELD_MANAGER),
+        &Patch::Apply(&partial),
+    )
+    .await
+    .map(|_| ())
 }
 
 // ---------------------------------------------------------------- drift
@@ -591,7 +641,11 @@ mod tests {
         assert!(item_of(&node, 0, &tcp).expect("tcp").contains_key("f:b"));
         assert!(item_of(&node, 0, &json!({"port": 54})).is_none());
         assert!(item_of(&node, 0, &json!("x")).is_some());
-        assert!(item_of(&node, 3, &json!("y")).expect("i:3").contains_key("f:c"));
+        assert!(
+            item_of(&node, 3, &json!("y"))
+                .expect("i:3")
+                .contains_key("f:c")
+        );
     }
 
     #[test]
@@ -607,10 +661,7 @@ mod tests {
         .expect("status");
         let contested = contests(&status);
         assert_eq!(
-            contested
-                .iter()
-                .map(Contest::contender)
-                .collect::<Vec<_>>(),
+            contested.iter().map(Contest::contender).collect::<Vec<_>>(),
             [
                 Contender::KixCluster("b".into()),
                 Contender::Other("kubectl-edit".into()),

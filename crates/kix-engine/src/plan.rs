@@ -621,7 +621,11 @@ async fn dry_run(
         &d.key.name,
         &manifest,
         &manager,
-        takeover(&planned, options.force_conflicts, options.yield_to_kix_clusters),
+        takeover(
+            &planned,
+            options.force_conflicts,
+            options.yield_to_kix_clusters,
+        ),
         true,
     );
     let (result, live_read) = tokio::join!(apply, live_read);
@@ -640,6 +644,10 @@ async fn dry_run(
                         &result,
                         d.key.kind == "Secret" && d.key.group.is_empty(),
                     );
+                    // The deploy hands them over first: their values stay.
+                    planned
+                        .changes
+                        .retain(|c| !is_handed_off(&c.path, &d.handed_off));
                     keep_if_only_shared(&mut planned, &live, &result, &manager);
                 }
             }
@@ -801,6 +809,14 @@ async fn read_live(
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Whether `path` (of a diff) is one of the `handed_off` fields or below one.
+fn is_handed_off(path: &str, handed_off: &[String]) -> bool {
+    handed_off.iter().any(|f| {
+        path.strip_prefix(f.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+    })
 }
 
 /// The Kix clusters other than `cluster` that `activations` name.

@@ -84,7 +84,10 @@ async fn two_kix_clusters_setting_one_field_differently_conflict() {
         message.contains("data.level") && message.contains(&a) && message.contains(&b),
         "{message}"
     );
-    assert_eq!(kit.cm_value("shared", "level").await.as_deref(), Some("info"));
+    assert_eq!(
+        kit.cm_value("shared", "level").await.as_deref(),
+        Some("info")
+    );
 
     // Forced, B takes the field; then A's plan shows the conflict the other way.
     let mut forced = kit.options();
@@ -95,7 +98,10 @@ async fn two_kix_clusters_setting_one_field_differently_conflict() {
         Some("debug")
     );
     let plan_a = kit
-        .plan(&kit.build(&[Pkg::new("a", &[shared("info")])]), &reconcile())
+        .plan(
+            &kit.build(&[Pkg::new("a", &[shared("info")])]),
+            &reconcile(),
+        )
         .await;
     let object = plan_a
         .objects()
@@ -182,10 +188,7 @@ async fn a_change_by_another_manager_is_drift_named_after_it() {
         "{note}"
     );
     // What the other manager added and kix never set is not drift.
-    assert!(
-        !note.contains("extra") && !note.contains("team"),
-        "{note}"
-    );
+    assert!(!note.contains("extra") && !note.contains("team"), "{note}");
 
     let status = kix_engine::status::status(&kit.client, kit.cluster())
         .await
@@ -302,6 +305,47 @@ async fn handed_off_replicas_are_neither_applied_nor_drift() {
 }
 
 #[tokio::test]
+async fn a_field_kix_set_keeps_its_value_when_it_is_handed_off() {
+    // The build set replicas; the next one hands them to an autoscaler that
+    // has not written them yet: they must not fall back to the default (1).
+    let kit = Kit::new("own-handover").await;
+    kit.deploy(&kit.simple(&[scaled_deployment("web", Some(2))]))
+        .await;
+    let handed = kit.build(&[Pkg::new("a", &[scaled_deployment("web", None)])
+        .handoff(&[json!({"kind": "Deployment", "fields": ["spec.replicas"]})])]);
+    let plan = kit.plan(&handed, &pruning()).await;
+    let web = plan
+        .objects()
+        .find(|o| o.key.name == "web")
+        .expect("planned");
+    assert!(
+        !web.changes.iter().any(|c| c.path == "spec.replicas"),
+        "{web:#?}"
+    );
+    kit.deploy(&handed).await;
+    let live = kit.get("apps/v1", "Deployment", "web").await.expect("web");
+    assert_eq!(live["spec"]["replicas"], 2, "{live:#}");
+    assert!(
+        !applies_as(&live, &format!("kix/{}", kit.cluster())) || {
+            let mine =
+                kix_engine::ownership::owned_fields(&live, &format!("kix/{}", kit.cluster()));
+            mine.is_some_and(|f| f["f:spec"].get("f:replicas").is_none())
+        }
+    );
+    // The autoscaler's first write ends the hand-over manager.
+    autoscale(&kit, "web", 3).await;
+    let live = kit.get("apps/v1", "Deployment", "web").await.expect("web");
+    assert_eq!(live["spec"]["replicas"], 3);
+    assert!(
+        !managers(&live).iter().any(|(m, _)| m == "kix-handover"),
+        "{live:#}"
+    );
+    let plan = kit.plan(&handed, &reconcile()).await;
+    assert!(!plan.has_changes(), "{:#?}", plan.packages);
+    kit.cleanup().await;
+}
+
+#[tokio::test]
 async fn replicas_kix_sets_are_drift_when_an_autoscaler_changes_them() {
     // Without a handoff, the autoscaler's change is drift kix names.
     let kit = Kit::new("own-replicas").await;
@@ -315,7 +359,9 @@ async fn replicas_kix_sets_are_drift_when_an_autoscaler_changes_them() {
         .expect("planned");
     let note = web.note.clone().unwrap_or_default();
     assert!(
-        web.is_drift() && note.contains("spec.replicas") && note.contains("horizontal-pod-autoscaler"),
+        web.is_drift()
+            && note.contains("spec.replicas")
+            && note.contains("horizontal-pod-autoscaler"),
         "{web:#?}"
     );
     kit.cleanup().await;
@@ -386,7 +432,10 @@ async fn objects_of_the_single_kix_manager_are_taken_over_without_loss() {
     let live = kit.get("v1", "ConfigMap", "same").await.expect("same");
     assert_eq!(live["data"], json!({"k": "v"}), "{live:#}");
     assert!(!applies_as(&live, "kix"), "{live:#}");
-    assert!(applies_as(&live, &format!("kix/{}", kit.cluster())), "{live:#}");
+    assert!(
+        applies_as(&live, &format!("kix/{}", kit.cluster())),
+        "{live:#}"
+    );
     let again = kit.deploy(&v1).await;
     assert!(again.no_op, "{again:?}");
 

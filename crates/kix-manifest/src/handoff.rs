@@ -95,7 +95,9 @@ impl Handoff {
             if KEPT.contains(&field.as_str())
                 || matches!(field.as_str(), "metadata.labels" | "metadata.annotations")
             {
-                return Some(format!("field {field:?} is kix's own: it cannot be handed off"));
+                return Some(format!(
+                    "field {field:?} is kix's own: it cannot be handed off"
+                ));
             }
             if field.starts_with("metadata.labels.kix.run/")
                 || field.starts_with("metadata.annotations.kix.run/")
@@ -131,9 +133,27 @@ impl Handoff {
     }
 }
 
+/// The fields of `object` at `fields`, in a partial object of their own
+/// (what a manager applies to take or share just them). Absent ones are left out.
+pub fn select(fields: &[String], object: &Value) -> Value {
+    let mut out = Value::Object(Default::default());
+    for field in fields {
+        let path = segments(field);
+        let Some(value) = path.iter().try_fold(object, |node, s| node.get(*s)) else {
+            continue;
+        };
+        let mut node = &mut out;
+        for segment in &path {
+            node = &mut node[*segment];
+        }
+        *node = value.clone();
+    }
+    out
+}
+
 /// The map keys of a field path: dotted, except that below
 /// `metadata.labels` and `metadata.annotations` the rest is one key.
-fn segments(field: &str) -> Vec<&str> {
+pub fn segments(field: &str) -> Vec<&str> {
     for prefix in ["metadata.labels.", "metadata.annotations."] {
         if let Some(key) = field.strip_prefix(prefix) {
             let mut out: Vec<&str> = prefix.trim_end_matches('.').split('.').collect();
@@ -167,8 +187,10 @@ mod tests {
         let any = rule(json!({"kind": "Deployment", "fields": ["spec.replicas"]}));
         assert!(any.covers(&key("apps", "Deployment", Some("a"), "web")));
         assert!(!any.covers(&key("apps", "StatefulSet", Some("a"), "web")));
-        let one = rule(json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
-            "namespace": "a", "fields": ["spec.replicas"]}));
+        let one = rule(
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+            "namespace": "a", "fields": ["spec.replicas"]}),
+        );
         assert!(one.covers(&key("apps", "Deployment", Some("a"), "web")));
         assert!(!one.covers(&key("apps", "Deployment", Some("b"), "web")));
         assert!(!one.covers(&key("apps", "Deployment", Some("a"), "api")));
@@ -187,7 +209,10 @@ mod tests {
         let removed = handoff.strip(&mut manifest);
         assert_eq!(
             removed,
-            ["spec.replicas", "metadata.annotations.backup.example.com/last"]
+            [
+                "spec.replicas",
+                "metadata.annotations.backup.example.com/last"
+            ]
         );
         assert_eq!(
             manifest,
@@ -197,13 +222,37 @@ mod tests {
     }
 
     #[test]
+    fn select_copies_the_fields_into_a_partial_object() {
+        let object = json!({"metadata": {"annotations": {"a.b/c": "x"}},
+            "spec": {"replicas": 3, "paused": false}});
+        let fields = [
+            "spec.replicas".to_string(),
+            "metadata.annotations.a.b/c".to_string(),
+            "spec.absent".to_string(),
+        ];
+        assert_eq!(
+            select(&fields, &object),
+            json!({"spec": {"replicas": 3}, "metadata": {"annotations": {"a.b/c": "x"}}})
+        );
+    }
+
+    #[test]
     fn unusable_rules_say_why() {
         for (value, expected) in [
             (json!({"kind": "", "fields": ["spec.replicas"]}), "`kind`"),
             (json!({"kind": "Deployment", "fields": []}), "at least one"),
-            (json!({"kind": "Deployment", "fields": ["spec..replicas"]}), "dotted path"),
-            (json!({"kind": "Deployment", "fields": ["metadata.name"]}), "kix's own"),
-            (json!({"kind": "Deployment", "fields": ["metadata.labels"]}), "kix's own"),
+            (
+                json!({"kind": "Deployment", "fields": ["spec..replicas"]}),
+                "dotted path",
+            ),
+            (
+                json!({"kind": "Deployment", "fields": ["metadata.name"]}),
+                "kix's own",
+            ),
+            (
+                json!({"kind": "Deployment", "fields": ["metadata.labels"]}),
+                "kix's own",
+            ),
             (
                 json!({"kind": "Deployment", "fields": ["metadata.annotations.kix.run/digest"]}),
                 "bookkeeping",

@@ -52,8 +52,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::TreeError;
-use crate::handoff::Handoff;
 use crate::fast_yaml;
+use crate::handoff::Handoff;
 use crate::kinds::{is_well_known_cluster_scoped, kind_rank};
 use crate::migration::{ActionKind, Migration};
 use crate::object::{Object, ObjectKey, ObjectKeyError, group_of};
@@ -1014,9 +1014,9 @@ fn check_handoff(package: &Package) -> Result<(), TreeError> {
             }
             rule.covers(&key) || (rule.namespace.is_none() && rule.covers(&o.key))
         });
-        let reason = rule.problem().or_else(|| {
-            (!covers_one).then(|| "it covers no object of the package".to_owned())
-        });
+        let reason = rule
+            .problem()
+            .or_else(|| (!covers_one).then(|| "it covers no object of the package".to_owned()));
         if let Some(reason) = reason {
             return Err(TreeError::InvalidHandoff {
                 package: package.name.clone(),

@@ -165,6 +165,14 @@ fn basic_cluster_reads_back() {
     assert_eq!(web.migrations.len(), 1);
     assert_eq!(web.migrations[0].from, "1.1.0");
     assert_eq!(web.migrations[0].to, "1.2.0");
+    // The handoff reaches the reader, which checked it covers the Deployment.
+    assert_eq!(
+        web.handoff
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["Deployment web spec.replicas"]
+    );
     let mut web_objects: Vec<String> = web.objects.iter().map(|o| o.key.to_string()).collect();
     web_objects.sort();
     let mut expected = vec![

@@ -852,3 +852,176 @@ async fn objects_that_cannot_be_deleted_are_reported_and_gc_exits_1() {
     .await;
     assert!(cms.get_opt("undeletable").await.expect("get").is_none());
 }
+
+// ---------------------------------------------------------------- field ownership
+
+/// Adds `handoff` rules to the package of a [`tree`].
+fn hand_off(root: &Path, rules: serde_json::Value) {
+    let file = root.join("packages/web/package.json");
+    let mut package: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
+    package["handoff"] = rules;
+    std::fs::write(&file, package.to_string()).expect("write");
+}
+
+fn configmap_data(name: &str, data: &[(&str, &str)]) -> String {
+    let data: serde_json::Map<String, serde_json::Value> = data
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+        .collect();
+    serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name}, "data": data})
+    .to_string()
+        + "\n"
+}
+
+#[tokio::test]
+async fn two_kix_clusters_share_an_object_through_the_operator_and_never_flip_it() {
+    let env = TestEnv::new("op-own-shared").await.expect("env");
+    let other = format!("{}-b", env.cluster);
+    let dir = tempfile::tempdir().expect("tmp");
+    let _op = Operator::start(
+        &env,
+        &[&env.cluster, &other],
+        &kix_testkit::unique_name("lease"),
+        dir.path(),
+    );
+    let mine = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap_data("shared", &[("common", "x"), ("from-a", "1")]),
+    );
+    let theirs = tree(
+        dir.path(),
+        &other,
+        &env.namespace,
+        &configmap_data("shared", &[("common", "x"), ("from-b", "2")]),
+    );
+    for (cluster, root) in [(&env.cluster, &mine), (&other, &theirs)] {
+        let out = deploy_operator(cluster, root);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    let data = |cm: &ConfigMap| cm.data.clone().unwrap_or_default();
+    let live = cms.get("shared").await.expect("shared");
+    assert_eq!(
+        data(&live).into_iter().collect::<Vec<_>>(),
+        [
+            ("common".to_string(), "x".to_string()),
+            ("from-a".to_string(), "1".to_string()),
+            ("from-b".to_string(), "2".to_string())
+        ]
+    );
+    // Both clusters' operators keep it applied without writing it in turn.
+    let version = live.metadata.resource_version.clone();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let later = cms.get("shared").await.expect("shared");
+    assert_eq!(
+        later.metadata.resource_version, version,
+        "rewritten while nothing changed: {later:?}"
+    );
+
+    // A build of B that sets A's field to another value is refused, naming
+    // both clusters and the field; nothing changes.
+    let conflicting = tree(
+        dir.path(),
+        &other,
+        &env.namespace,
+        &configmap_data("shared", &[("common", "y"), ("from-b", "2")]),
+    );
+    let out = deploy_operator(&other, &conflicting);
+    assert!(!out.status.success(), "{}", text(&out));
+    let message = text(&out);
+    assert!(
+        message.contains("data.common")
+            && message.contains(&env.cluster)
+            && message.contains(&other),
+        "{message}"
+    );
+    assert_eq!(
+        data(&cms.get("shared").await.expect("shared"))["common"],
+        "x"
+    );
+    let records: Api<Activation> = Api::all(env.client.clone());
+    assert!(
+        records
+            .get_opt(&format!("{other}-2"))
+            .await
+            .expect("get")
+            .is_none(),
+        "a refused deploy writes no record"
+    );
+    for cluster in [&env.cluster, &other] {
+        let _ = records
+            .delete(&format!("{cluster}-1"), &DeleteParams::default())
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn drift_correction_leaves_handed_off_fields_to_their_manager() {
+    let env = TestEnv::new("op-own-handoff").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let _op = Operator::start(
+        &env,
+        &[&env.cluster],
+        &kix_testkit::unique_name("lease"),
+        dir.path(),
+    );
+    let deployment = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "main", "image": "example.invalid/app:1"}]}}}});
+    let root = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &format!("{deployment}\n---\n{}", configmap("settings", "hello")),
+    );
+    hand_off(
+        &root,
+        serde_json::json!([{"kind": "Deployment", "fields": ["spec.replicas"]}]),
+    );
+    let out = deploy_operator(&env.cluster, &root);
+    assert!(out.status.success(), "{}", text(&out));
+
+    // An autoscaler scales the Deployment; someone edits the ConfigMap.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(env.client.clone(), &env.namespace);
+    deployments
+        .patch_scale(
+            "web",
+            &PatchParams {
+                field_manager: Some("horizontal-pod-autoscaler".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(&serde_json::json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .expect("scale");
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    let patch = serde_json::json!({"data": {"value": "tampered"}});
+    cms.patch("settings", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("tamper");
+    // The operator corrects the ConfigMap, and leaves the replicas alone.
+    wait_until(
+        "edited ConfigMap restored",
+        Duration::from_secs(20),
+        || async { cm_value(&cms, "settings").await.as_deref() == Some("hello") },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let web = deployments.get("web").await.expect("web");
+    assert_eq!(
+        web.spec.and_then(|s| s.replicas),
+        Some(2),
+        "handed-off replicas reverted"
+    );
+    let records: Api<Activation> = Api::all(env.client.clone());
+    let _ = records
+        .delete(&format!("{}-1", env.cluster), &DeleteParams::default())
+        .await;
+}
