@@ -123,7 +123,10 @@ async fn gc_retires_records_their_objects_and_their_gc_roots() {
             )
         })
         .collect();
-    assert_eq!(managers, [("kix".to_string(), "Apply".to_string())]);
+    assert_eq!(
+        managers,
+        [(format!("kix/{}", kix.cluster()), "Apply".to_string())]
+    );
     assert_eq!(activations(&kix, "b"), kix.name(2));
     // The next deploy of the same build is a no-op: nothing conflicts.
     let run = kix.deploy(&v3, &[]).ok();

@@ -930,7 +930,7 @@ async fn apply_one(
     }
     // A conflict reaches the apply only when the user forced it.
     let force = options.force_conflicts || p.action == Action::Conflict;
-    let takeover = crate::plan::takeover(p, force, options.yield_to_kix_clusters);
+    let takeover = ownership::takeover(p, force, options.yield_to_kix_clusters);
     let manifest = applied_manifest(d, &p.activations);
     let manager = kix_api::field_manager(&d.cluster);
     if !d.handed_off.is_empty() && p.action != Action::Create {

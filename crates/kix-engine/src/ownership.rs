@@ -21,9 +21,14 @@
 //!   `kix` gives up its fields with an empty apply — the documented way to
 //!   transfer ownership between managers.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use kix_api::{ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, LEGACY_FIELD_MANAGER};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value, json};
+
+use crate::live::belongs_to;
+use crate::plan::{Action, PlannedObject};
 
 /// Whose fields an apply may take when the server reports conflicts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -238,6 +243,31 @@ pub fn owned_fields<'a>(object: &'a Value, manager: &str) -> Option<&'a Map<Stri
         .and_then(|e| e.fields)
 }
 
+/// A field set without kix's digest and activations annotations, which the
+/// Kix clusters sharing an object take from each other by design.
+pub fn without_bookkeeping(fields: &Map<String, Value>) -> Map<String, Value> {
+    let mut fields = fields.clone();
+    let Some(metadata) = fields.get_mut("f:metadata").and_then(Value::as_object_mut) else {
+        return fields;
+    };
+    if let Some(annotations) = metadata
+        .get_mut("f:annotations")
+        .and_then(Value::as_object_mut)
+    {
+        for a in [ANNOTATION_DIGEST, ANNOTATION_ACTIVATIONS] {
+            annotations.remove(&format!("f:{a}"));
+        }
+        // A set without them has no node for them at all.
+        if annotations.keys().all(|k| k == ".") {
+            metadata.remove("f:annotations");
+        }
+    }
+    if metadata.is_empty() {
+        fields.remove("f:metadata");
+    }
+    fields
+}
+
 /// Field manager that holds handed-off fields kix owned until a handoff rule
 /// named them, so that kix's apply without them does not reset them to their
 /// defaults. It lets them go, and disappears, once their new manager writes
@@ -289,6 +319,83 @@ pub async fn hand_over(
     )
     .await
     .map(|_| ())
+}
+
+// ---------------------------------------------------------------- planning
+
+/// Whose fields applying `planned` may take: other controllers' when forced,
+/// adopting or correcting drift; other Kix clusters' only when forced by a
+/// user (`yield_to_kix_clusters` unset). An adopted object carried no kix
+/// labels, so no Kix cluster applied it: forced at once (one request).
+pub fn takeover(planned: &PlannedObject, force: bool, yield_to_kix_clusters: bool) -> Takeover {
+    if planned.action == Action::Adopt {
+        return Takeover::ALL;
+    }
+    Takeover {
+        from_controllers: force || planned.is_drift(),
+        from_kix_clusters: force && !yield_to_kix_clusters,
+    }
+}
+
+/// Note of an object another Kix cluster applied last whose fields of this
+/// build are all in place.
+pub const NOTE_SHARED_SAME: &str =
+    "shared: another Kix cluster applied it last; every field of this build is in place";
+
+/// An update of an object another Kix cluster applied last (its digest is on
+/// the object) that would change no field and no ownership is no write:
+/// two clusters sharing an object with different content do not rewrite it
+/// in turn.
+pub(crate) fn keep_if_only_shared(
+    planned: &mut PlannedObject,
+    live: &Value,
+    result: &Value,
+    manager: &str,
+) {
+    let live_activations = live["metadata"]["annotations"][kix_api::ANNOTATION_ACTIVATIONS]
+        .as_str()
+        .map(kix_api::labels::parse_activations)
+        .unwrap_or_default();
+    let shared = live_activations.len() > 1;
+    let owned = |object| owned_fields(object, manager).map(without_bookkeeping);
+    let owned_alike = owned(live).is_some() && owned(live) == owned(result);
+    if planned.action == Action::Update
+        && planned.changes.is_empty()
+        && planned.note.is_none()
+        && planned.legacy == Legacy::None
+        && shared
+        && owned_alike
+    {
+        planned.action = Action::Unchanged;
+        planned.note = Some(NOTE_SHARED_SAME.into());
+        planned.activations = live_activations;
+    }
+}
+
+/// Whether `path` (of a diff) is one of the `handed_off` fields or below one.
+pub(crate) fn is_handed_off(path: &str, handed_off: &[String]) -> bool {
+    handed_off.iter().any(|f| {
+        path.strip_prefix(f.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+    })
+}
+
+/// The Kix clusters other than `cluster` that `activations` name.
+pub(crate) fn other_clusters(
+    activations: &BTreeSet<String>,
+    cluster: &str,
+    clusters: &BTreeMap<String, String>,
+) -> Vec<String> {
+    activations
+        .iter()
+        .filter(|a| !belongs_to(a, cluster, clusters))
+        .map(|a| match clusters.get(a) {
+            Some(c) => c.clone(),
+            None => a.rsplit_once('-').map_or(a.as_str(), |(c, _)| c).to_owned(),
+        })
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
 }
 
 // ---------------------------------------------------------------- drift
@@ -684,6 +791,21 @@ mod tests {
             manager: "kix".into(),
         };
         assert!(legacy.takeable(Takeover::default()));
+    }
+
+    #[test]
+    fn bookkeeping_annotations_do_not_count_when_comparing_field_sets() {
+        let with: Map<String, Value> = serde_json::from_value(json!({
+            "f:data": {"f:a": {}},
+            "f:metadata": {"f:annotations": {"f:kix.run/digest": {}, "f:kix.run/activations": {}}}}))
+        .expect("set");
+        let without: Map<String, Value> =
+            serde_json::from_value(json!({"f:data": {"f:a": {}}})).expect("set");
+        assert_eq!(without_bookkeeping(&with), without_bookkeeping(&without));
+        let other: Map<String, Value> = serde_json::from_value(json!({
+            "f:data": {"f:a": {}}, "f:metadata": {"f:annotations": {"f:team": {}}}}))
+        .expect("set");
+        assert_ne!(without_bookkeeping(&other), without);
     }
 
     #[test]

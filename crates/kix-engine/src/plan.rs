@@ -18,7 +18,7 @@ use crate::desired::{Desired, desired_objects};
 use crate::diff::{FieldChange, diff};
 use crate::error::{EngineError, Result};
 use crate::live::{Live, activation_clusters, belongs_to, list_kinds, list_unlabelled};
-use crate::ownership::{self, Applied, Legacy, Takeover};
+use crate::ownership::{self, Applied, Legacy};
 use crate::records::{self, CrdState};
 use crate::resources::{Resources, Served, split_api_version};
 
@@ -373,7 +373,7 @@ pub async fn plan(
                 legacy = Legacy::of(
                     &l.appliers,
                     &cluster,
-                    &other_clusters(&l.activations, &cluster, &clusters),
+                    &ownership::other_clusters(&l.activations, &cluster, &clusters),
                 );
                 if legacy != Legacy::None && note.is_none() {
                     note = Some(ownership::NOTE_TAKE_OVER.replace("<cluster>", &cluster));
@@ -621,7 +621,7 @@ async fn dry_run(
         &d.key.name,
         &manifest,
         &manager,
-        takeover(
+        ownership::takeover(
             &planned,
             options.force_conflicts,
             options.yield_to_kix_clusters,
@@ -647,8 +647,8 @@ async fn dry_run(
                     // The deploy hands them over first: their values stay.
                     planned
                         .changes
-                        .retain(|c| !is_handed_off(&c.path, &d.handed_off));
-                    keep_if_only_shared(&mut planned, &live, &result, &manager);
+                        .retain(|c| !ownership::is_handed_off(&c.path, &d.handed_off));
+                    ownership::keep_if_only_shared(&mut planned, &live, &result, &manager);
                 }
             }
             Ok(planned)
@@ -689,50 +689,6 @@ async fn dry_run(
             key: d.key.clone(),
             source,
         }),
-    }
-}
-
-/// Whose fields applying `planned` may take: other controllers' when forced,
-/// adopting or correcting drift; other Kix clusters' only when forced by a
-/// user (`yield_to_kix_clusters` unset). An adopted object carried no kix
-/// labels, so no Kix cluster applied it: forced at once (one request).
-pub fn takeover(planned: &PlannedObject, force: bool, yield_to_kix_clusters: bool) -> Takeover {
-    if planned.action == Action::Adopt {
-        return Takeover::ALL;
-    }
-    Takeover {
-        from_controllers: force || planned.action == Action::Adopt || planned.is_drift(),
-        from_kix_clusters: force && !yield_to_kix_clusters,
-    }
-}
-
-/// Note of an object another Kix cluster applied last whose fields of this
-/// build are all in place.
-pub const NOTE_SHARED_SAME: &str =
-    "shared: another Kix cluster applied it last; every field of this build is in place";
-
-/// An update of an object another Kix cluster applied last (its digest is on
-/// the object) that would change no field and no ownership is no write:
-/// two clusters sharing an object with different content do not rewrite it
-/// in turn.
-fn keep_if_only_shared(planned: &mut PlannedObject, live: &Value, result: &Value, manager: &str) {
-    let live_activations = live["metadata"]["annotations"][kix_api::ANNOTATION_ACTIVATIONS]
-        .as_str()
-        .map(kix_api::labels::parse_activations)
-        .unwrap_or_default();
-    let shared = live_activations.len() > 1;
-    let owned_alike = ownership::owned_fields(live, manager).is_some()
-        && ownership::owned_fields(live, manager) == ownership::owned_fields(result, manager);
-    if planned.action == Action::Update
-        && planned.changes.is_empty()
-        && planned.note.is_none()
-        && planned.legacy == Legacy::None
-        && shared
-        && owned_alike
-    {
-        planned.action = Action::Unchanged;
-        planned.note = Some(NOTE_SHARED_SAME.into());
-        planned.activations = live_activations;
     }
 }
 
@@ -809,32 +765,6 @@ async fn read_live(
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
         Err(e) => Err(e),
     }
-}
-
-/// Whether `path` (of a diff) is one of the `handed_off` fields or below one.
-fn is_handed_off(path: &str, handed_off: &[String]) -> bool {
-    handed_off.iter().any(|f| {
-        path.strip_prefix(f.as_str())
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
-    })
-}
-
-/// The Kix clusters other than `cluster` that `activations` name.
-fn other_clusters(
-    activations: &BTreeSet<String>,
-    cluster: &str,
-    clusters: &BTreeMap<String, String>,
-) -> Vec<String> {
-    activations
-        .iter()
-        .filter(|a| !belongs_to(a, cluster, clusters))
-        .map(|a| match clusters.get(a) {
-            Some(c) => c.clone(),
-            None => a.rsplit_once('-').map_or(a.as_str(), |(c, _)| c).to_owned(),
-        })
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect()
 }
 
 /// Full live objects of every owned desired object, one LIST per kind.
