@@ -10,11 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
-use kix_api::{
-    Activation, ActivationSpec, Engine, Phase, Progress, Receipt, Source,
-};
+use kix_api::{Activation, ActivationSpec, Engine, Phase, Progress, Receipt, Source};
 use kix_manifest::{Build, ObjectKey};
-use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
+use kube::api::{DeleteParams, PropagationPolicy};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
