@@ -11,7 +11,7 @@
 //!
 //! - an object a kept record's build still contains is *re-pointed*: its
 //!   annotation loses the retired names and names the newest kept record whose
-//!   build has it. The write is a server-side apply (field manager `kix`) of
+//!   build has it. The write is a server-side apply (the cluster's field manager `kix/<cluster>`) of
 //!   that build's manifest, made only when the live digest shows the object is
 //!   exactly what kix applied, so it changes nothing but the annotation and
 //!   leaves no second field manager behind (a merge patch would own the
