@@ -228,14 +228,6 @@ pub async fn release_legacy(api: &Api<DynamicObject>, manifest: &Value) -> kube:
     .map(|_| ())
 }
 
-/// The managers with an Apply entry on `live`.
-pub fn appliers(live: &Value) -> Vec<String> {
-    entries(live)
-        .filter(|e| e.operation == "Apply")
-        .map(|e| e.manager.to_owned())
-        .collect()
-}
-
 /// The field set `manager` applied on `object` (its Apply entry's `fieldsV1`).
 pub fn owned_fields<'a>(object: &'a Value, manager: &str) -> Option<&'a Map<String, Value>> {
     entries(object)
@@ -289,7 +281,9 @@ pub async fn hand_over(
         return Ok(());
     };
     let live = serde_json::to_value(live).unwrap_or_default();
-    let Some(owned) = owned_fields(&live, manager) else {
+    // Before the take-over, what kix applied is the single manager's.
+    let owned = owned_fields(&live, manager).or_else(|| owned_fields(&live, LEGACY_FIELD_MANAGER));
+    let Some(owned) = owned else {
         return Ok(());
     };
     let held: Vec<String> = fields
