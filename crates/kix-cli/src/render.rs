@@ -208,7 +208,9 @@ mod tests {
             destructive: false,
             note: None,
             warnings: vec!["spec.template.spec.nodeSelector[beta.kubernetes.io/os]: deprecated since v1.14; use \"kubernetes.io/os\" instead".into()],
+            contenders: vec![],
             activations: Default::default(),
+            legacy: Default::default(),
         };
         let mut out = String::new();
         object_text(&mut out, &object, Style { color: false });

@@ -936,9 +936,17 @@ async fn apply_one(
             .await
             .map_err(|e| format!("handing fields over: {}", crate::error::api_message(&e)))?;
     }
-    let applied = ownership::apply(&api, &d.key.name, &manifest, &manager, takeover, false)
-        .await
-        .map_err(|e| crate::error::api_message(&e))?;
+    let (applied, _) = ownership::apply(
+        client,
+        &api,
+        &d.key.name,
+        &manifest,
+        &manager,
+        takeover,
+        false,
+    )
+    .await;
+    let applied = applied.map_err(|e| crate::error::api_message(&e))?;
     let object = match applied {
         ownership::Applied::Object(object) => object,
         ownership::Applied::Conflicts(contested) => {

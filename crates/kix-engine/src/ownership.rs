@@ -134,41 +134,49 @@ pub enum Applied {
 
 /// Server-side applies `manifest` as `manager`: first without force; on a
 /// conflict, once more with force when every contested field may be taken.
+/// A dry-run validates fields strictly. Also returns the server's warnings.
 pub async fn apply(
+    client: &kube::Client,
     api: &Api<DynamicObject>,
     name: &str,
     manifest: &Value,
     manager: &str,
     takeover: Takeover,
     dry_run: bool,
-) -> kube::Result<Applied> {
+) -> (kube::Result<Applied>, Vec<String>) {
     let mut params = PatchParams::apply(manager);
-    params.dry_run = dry_run;
-    params.force = takeover == Takeover::ALL;
-    let patch = Patch::Apply(manifest);
-    match api.patch(name, &params, &patch).await {
-        Ok(object) => Ok(Applied::Object(Box::new(object))),
-        Err(kube::Error::Api(status)) if status.code == 409 && !params.force => {
-            let contested = contests(&status);
-            if contested.is_empty() {
-                return Ok(Applied::Conflicts(vec![Contest {
-                    field: String::new(),
-                    manager: status.message.clone(),
-                }]));
-            }
-            let refused: Vec<Contest> = contested
-                .into_iter()
-                .filter(|c| !c.takeable(takeover))
-                .collect();
-            if !refused.is_empty() {
-                return Ok(Applied::Conflicts(refused));
-            }
-            params.force = true;
-            let object = api.patch(name, &params, &patch).await?;
-            Ok(Applied::Object(Box::new(object)))
-        }
-        Err(err) => Err(err),
+    if dry_run {
+        params = params.validation_strict();
+        params.dry_run = true;
     }
+    params.force = takeover == Takeover::ALL;
+    let send = |params: PatchParams| async move {
+        crate::plan::patch_with_warnings(client, api, name, &params, manifest).await
+    };
+    let (result, warnings) = send(params.clone()).await;
+    let status = match result {
+        Ok(object) => return (Ok(Applied::Object(Box::new(object))), warnings),
+        Err(kube::Error::Api(status)) if status.code == 409 && !params.force => status,
+        Err(err) => return (Err(err), warnings),
+    };
+    let contested = contests(&status);
+    if contested.is_empty() {
+        let unnamed = Contest {
+            field: String::new(),
+            manager: status.message.clone(),
+        };
+        return (Ok(Applied::Conflicts(vec![unnamed])), warnings);
+    }
+    let refused: Vec<Contest> = contested
+        .into_iter()
+        .filter(|c| !c.takeable(takeover))
+        .collect();
+    if !refused.is_empty() {
+        return (Ok(Applied::Conflicts(refused)), warnings);
+    }
+    params.force = true;
+    let (result, warnings) = send(params).await;
+    (result.map(|o| Applied::Object(Box::new(o))), warnings)
 }
 
 /// What the next apply of an object does about [`LEGACY_FIELD_MANAGER`].

@@ -10,7 +10,7 @@ use futures::{StreamExt, stream};
 use kix_api::Activation;
 use kix_manifest::{Build, ObjectKey, canonical_digest};
 use kube::Client;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -617,6 +617,7 @@ async fn dry_run(
         }
     };
     let apply = ownership::apply(
+        client,
         &api,
         &d.key.name,
         &manifest,
@@ -628,7 +629,8 @@ async fn dry_run(
         ),
         true,
     );
-    let (result, live_read) = tokio::join!(apply, live_read);
+    let ((result, warnings), live_read) = tokio::join!(apply, live_read);
+    planned.warnings = warnings;
     match result {
         Ok(Applied::Object(result)) => {
             if matches!(planned.action, Action::Update | Action::Adopt) {
@@ -694,7 +696,7 @@ async fn dry_run(
 
 /// An apply patch, with the server's `Warning` headers (which kube's `Api`
 /// drops): a raw request through the same client.
-async fn patch_with_warnings(
+pub(crate) async fn patch_with_warnings(
     client: &Client,
     api: &Api<DynamicObject>,
     name: &str,
