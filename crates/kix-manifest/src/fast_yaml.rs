@@ -1,34 +1,39 @@
 //! A fast reader for the plain YAML that manifests are almost always written
-//! in, beside serde-saphyr rather than instead of it.
+//! in, beside the full reader (`decode`, `yaml`) rather than instead of it.
 //!
 //! [`parse`] reads block mappings and sequences, one-line flow collections,
 //! plain and quoted one-line scalars and `|` literal blocks. It gives up
 //! (returns `None`) at anything else, or anything it is not sure of: anchors,
 //! aliases, tags, folded or multi-line scalars, numbers other than plain
 //! decimal integers, keys that could resolve to something other than a
-//! string. The caller then parses the file with serde-saphyr, which also
-//! produces every error message. So for any text, `parse` either returns
-//! exactly the values serde-saphyr (with kix's options) returns, or `None`.
-//! The tests and the `yaml_fast_path` fuzz target check that claim by
-//! comparing the two.
+//! string, `...`. The caller then reads the text with the full reader, which
+//! also produces every error message. So for any text, `parse` either
+//! returns exactly the values the full reader returns, or `None`; the full
+//! reader in turn returns what kubectl sends, or refuses (checked against
+//! kubectl by `tests/kubectl_parity.rs` and the `kubectl_parity` fuzz
+//! target). The tests and the `yaml_fast_path` fuzz target check the first
+//! claim by comparing the two readers.
 //!
-//! Why: serde-saphyr spends about 100 µs per Kubernetes object, most of a
+//! Why: the full reader spends tens of µs per Kubernetes object, most of a
 //! build's read time; this reader takes a small fraction of that.
 
 use serde_json::{Map, Number, Value};
 
-use crate::tree::MAX_BUFFERED_COMMENTS;
+use crate::scalar::{Plain, resolve_plain};
 
-/// Deepest nesting read here; serde-saphyr's limit (128) is higher, so deeper
-/// documents reach it and get its error.
+/// Comment lines in a row read here before giving up (a bound on work).
+const MAX_BUFFERED_COMMENTS: usize = 100_000;
+
+/// Deepest nesting read here; the full reader's limit (128) is higher, so
+/// deeper documents reach it and get its error.
 const MAX_DEPTH: usize = 64;
-/// serde-saphyr's budget for documents in a file (see `yaml_options`);
-/// empty documents count, so the fast path counts markers.
+/// Most documents read here (a bound on work); empty documents count, so
+/// the fast path counts markers.
 const MAX_DOCUMENTS: usize = 100_000;
 /// YAML limits implicit keys to 1,024 characters; stay well below.
 const MAX_KEY_LEN: usize = 512;
 
-/// The documents of `text`, empty documents skipped, as serde-saphyr would
+/// The documents of `text`, empty documents skipped, as the full reader would
 /// return them; `None` when the text needs the full parser.
 pub(crate) fn parse(text: &str) -> Option<Vec<Value>> {
     if !characters_are_plain(text) {
@@ -144,7 +149,7 @@ impl<'a> Reader<'a> {
             }
             skipped += 1;
             if skipped > MAX_BUFFERED_COMMENTS {
-                // serde-saphyr's limit: let it report it.
+                // Left to the full reader.
                 return Next::Content(*line);
             }
             self.pos += 1;
@@ -349,7 +354,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A mapping of `entries`; `None` when a key repeats (serde-saphyr
+/// A mapping of `entries`; `None` when a key repeats (the full reader
 /// rejects that).
 fn into_map(entries: Vec<(String, Value)>) -> Option<Map<String, Value>> {
     let count = entries.len();
@@ -429,7 +434,8 @@ fn is_plain_key(key: &str) -> bool {
         && !is_special_word(key)
 }
 
-/// Words YAML (1.1, as serde-saphyr reads it) takes as null or a boolean.
+/// Words YAML 1.1 takes as null or a boolean in some spelling (any case
+/// here: keys spelled so are left to the full parser).
 fn is_special_word(word: &str) -> bool {
     ["null", "true", "false", "yes", "no", "y", "n", "on", "off"]
         .iter()
@@ -456,8 +462,8 @@ fn plain_in_block(text: &str) -> Option<&str> {
     (!scalar.is_empty()).then_some(scalar)
 }
 
-/// The value of a plain scalar, resolved as serde-saphyr resolves it for an
-/// untyped target; `None` where the answer is not obvious.
+/// The value of a plain scalar, resolved as kubectl resolves it
+/// ([`resolve_plain`]); `None` where the answer is not obvious.
 fn plain_value(s: &str) -> Option<Value> {
     // `- x`, `? x`, `: x` are structure, not scalars.
     let bytes = s.as_bytes();
@@ -465,17 +471,11 @@ fn plain_value(s: &str) -> Option<Value> {
         return None;
     }
     if is_special_word(s) {
-        return Some(match s.to_ascii_lowercase().as_str() {
-            "null" | "~" => {
-                // Only these spellings are null; `nULL` is a string.
-                if matches!(s, "null" | "Null" | "NULL" | "~") {
-                    Value::Null
-                } else {
-                    return Some(Value::String(s.to_owned()));
-                }
-            }
-            "true" | "yes" | "y" | "on" => Value::Bool(true),
-            _ => Value::Bool(false),
+        // Exact spellings only: `on` and `On` are true, `oN` is a string.
+        return Some(match resolve_plain(s) {
+            Plain::Null => Value::Null,
+            Plain::Bool(b) => Value::Bool(b),
+            _ => Value::String(s.to_owned()),
         });
     }
     let first = s.as_bytes()[0];
@@ -553,7 +553,7 @@ fn quoted(text: &str) -> Option<(String, &str)> {
                 match escape {
                     '\\' => out.push('\\'),
                     '"' => out.push('"'),
-                    '/' => out.push('/'),
+                    // `\/` is unknown to kubectl's YAML reader.
                     'n' => out.push('\n'),
                     't' => out.push('\t'),
                     'r' => out.push('\r'),
@@ -674,20 +674,20 @@ pub fn check_against_full_parser(text: &str) {
     let Some(fast) = parse(text) else {
         return;
     };
-    let full: Vec<Value> = match crate::tree::parse_yaml_full(text) {
+    let full: Vec<Value> = match crate::decode::parse_yaml_full(text) {
         Ok(documents) => documents,
         Err(error) => {
-            panic!("fast path read {text:?} as {fast:?}; serde-saphyr rejects it: {error}")
+            panic!("fast path read {text:?} as {fast:?}; the full reader rejects it: {error:?}")
         }
     };
     let as_json = |values: &[Value]| serde_json::to_string(values).expect("values serialize");
     assert_eq!(
         as_json(&fast),
         as_json(&full),
-        "fast path and serde-saphyr differ on {text:?}"
+        "fast path and full reader differ on {text:?}"
     );
     // Also the number types (an integer is not a float of the same value).
-    assert_eq!(fast, full, "fast path and serde-saphyr differ on {text:?}");
+    assert_eq!(fast, full, "fast path and full reader differ on {text:?}");
 }
 
 #[cfg(test)]

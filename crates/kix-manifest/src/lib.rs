@@ -10,6 +10,8 @@
 //! * [`ObjectKey`], [`canonical_digest`], [`kind_rank`],
 //!   [`compare_versions`]: the building blocks the engine shares.
 
+#[doc(hidden)]
+pub mod decode;
 mod error;
 #[doc(hidden)]
 pub mod fast_yaml;
@@ -18,11 +20,13 @@ mod kinds;
 mod migration;
 mod object;
 mod range;
+mod scalar;
 mod store_path;
 pub mod tree;
 mod value;
 mod version;
 mod walk;
+mod yaml;
 
 pub use error::TreeError;
 pub use handoff::Handoff;

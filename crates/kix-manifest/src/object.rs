@@ -42,6 +42,10 @@ pub enum ObjectKeyError {
         /// "a number", "an array", ...
         found: &'static str,
     },
+    /// Something kubectl would read to other values than written, or
+    /// refuse (see `decode`); the reason says what to write instead.
+    #[error("{reason}")]
+    Refused { reason: String },
     /// A field is present but unusable.
     #[error("invalid {field} {value}: {reason}")]
     InvalidField {

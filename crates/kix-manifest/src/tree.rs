@@ -51,15 +51,15 @@ use std::sync::mpsc::{Receiver, sync_channel};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::decode;
 use crate::error::TreeError;
-use crate::fast_yaml;
 use crate::handoff::Handoff;
 use crate::kinds::{is_well_known_cluster_scoped, kind_rank};
 use crate::migration::{ActionKind, Migration};
 use crate::object::{Object, ObjectKey, ObjectKeyError, group_of};
 use crate::range::VersionRange;
 use crate::store_path::STORE_DIR;
-use crate::value::{CompactValue, json_len_at_most};
+use crate::value::json_len_at_most;
 use crate::walk::{EntryKind, walk};
 
 /// The only format this reader knows.
@@ -668,63 +668,52 @@ impl Reader<'_> {
             ..
         } = job;
         let bytes = self.read_file(file)?;
-        let unparsable = |message: String| TreeError::Unparsable {
+        let documents = decode::read(&bytes, true).map_err(|e| TreeError::Unparsable {
             file: file.to_path_buf(),
-            message,
-        };
-        let is_json = file.extension().is_some_and(|e| e == "json");
-        let documents: Vec<Value> = if is_json {
-            let mut de = serde_json::Deserializer::from_slice(&bytes);
-            let CompactValue(value) = CompactValue::deserialize(&mut de)
-                .and_then(|value| de.end().map(|()| value))
-                .map_err(|e| unparsable(e.to_string()))?;
-            vec![value]
-        } else {
-            let text =
-                std::str::from_utf8(&bytes).map_err(|e| unparsable(format!("not UTF-8: {e}")))?;
-            match fast_yaml::parse(text) {
-                Some(documents) => documents,
-                None => parse_yaml_full(text).map_err(|e| unparsable(yaml_message(&e)))?,
-            }
-        };
-        // Line numbers only matter in error messages, and tracking them
-        // slows YAML parsing down by a third: find them when needed.
-        let line_of = |document: usize| -> Option<u32> {
-            if is_json {
-                None
-            } else {
-                yaml_document_line(&bytes, document)
-            }
-        };
-
-        let mut flat = Vec::new();
-        for (index, value) in documents.into_iter().enumerate() {
-            let document = index + 1;
-            let invalid = |items: Vec<usize>, error: ObjectKeyError| TreeError::InvalidObject {
+            message: match e.line {
+                Some(line) => format!("line {line}: {}", e.message),
+                None => e.message,
+            },
+        })?;
+        for (index, document) in documents.into_iter().enumerate() {
+            let number = index + 1;
+            // Lines only matter in error messages, and the fast path does
+            // not track them: find them when needed.
+            let known = (document.line, document.item_lines);
+            let line_of = |item: Option<usize>| -> Option<u32> {
+                let (line, item_lines) = match known.0 {
+                    Some(_) => (known.0, known.1.clone()),
+                    None => decode::locate(&bytes, index),
+                };
+                match item {
+                    None => line,
+                    Some(i) => item_lines.get(i).copied().or(line),
+                }
+            };
+            let invalid = |item: Option<usize>, error: ObjectKeyError| TreeError::InvalidObject {
                 file: file.to_path_buf(),
-                document,
-                line: line_of(document),
-                items,
+                document: number,
+                line: line_of(item),
+                items: item.into_iter().collect(),
                 error: Box::new(error),
             };
-            flat.clear();
-            flatten_lists(value, &mut Vec::new(), &mut flat)
-                .map_err(|(items, error)| invalid(items, error))?;
-            for (items, manifest) in flat.drain(..) {
+            let objects = decode::objects(document.value)
+                .map_err(|(item, reason)| invalid(item, ObjectKeyError::Refused { reason }))?;
+            for (item, manifest) in objects {
                 let object = self
-                    .make_object(manifest, file, document, package, namespace)
+                    .make_object(manifest, file, number, package, namespace)
                     .map_err(|e| match e {
-                        MakeError::Key(error) => invalid(items.clone(), error),
+                        MakeError::Key(error) => invalid(item, error),
                         MakeError::TooLarge(key) => TreeError::ObjectTooLarge {
                             file: file.to_path_buf(),
-                            document,
-                            line: line_of(document),
-                            items: items.clone(),
+                            document: number,
+                            line: line_of(item),
+                            items: item.into_iter().collect(),
                             key: Box::new(key),
                             limit: self.options.max_object_bytes,
                         },
                     })?;
-                out.push((document, object));
+                out.push((number, object));
             }
         }
         Ok(())
@@ -787,58 +776,11 @@ enum MakeError {
     TooLarge(ObjectKey),
 }
 
-/// Comment lines in a row that a YAML file may have (serde-saphyr buffers
-/// them); `fast_yaml` leaves longer runs to serde-saphyr's error.
-pub(crate) const MAX_BUFFERED_COMMENTS: usize = 100_000;
-
-/// YAML options: what kubectl's YAML reader accepts.
-fn yaml_options() -> serde_saphyr::Options {
-    // Files are already limited in size; the budget only guards against
-    // alias expansion and pathological nesting. CRD schemas nest deeply.
-    let budget = serde_saphyr::budget! {
-        max_depth: 128,
-        max_documents: 100_000,
-        max_nodes: 20_000_000,
-        max_events: 40_000_000,
-        // Comments seen while looking ahead past `key:` (default 32, which
-        // rejects valid files with long comment blocks).
-        max_buffered_comment_events: MAX_BUFFERED_COMMENTS,
-    };
-    serde_saphyr::options! {
-        budget: budget,
-        // Messages are single lines naming the line and column; no snippets.
-        with_snippet: false,
-        // `mode: 0644` means 420, as in YAML 1.1 / sigs.k8s.io/yaml.
-        legacy_octal_numbers: true,
-    }
-}
-
-/// A YAML file's documents, read by serde-saphyr: what the fast path
-/// (`fast_yaml`) leaves to it, and every error.
-pub(crate) fn parse_yaml_full(text: &str) -> Result<Vec<Value>, serde_saphyr::Error> {
-    let documents: Vec<CompactValue> =
-        serde_saphyr::from_multiple_with_options(text, yaml_options())?;
-    Ok(documents
-        .into_iter()
-        .map(|CompactValue(value)| value)
-        .collect())
-}
-
 /// The line where the `document`th (1-based, counting non-empty documents)
-/// document of a YAML file starts: the file is parsed again, with spans.
+/// document of a resource file starts: the file is read again, tracking
+/// lines.
 pub fn yaml_document_line(bytes: &[u8], document: usize) -> Option<u32> {
-    let text = std::str::from_utf8(bytes).ok()?;
-    let docs: Vec<serde_saphyr::Spanned<serde::de::IgnoredAny>> =
-        serde_saphyr::from_multiple_with_options(text, yaml_options()).ok()?;
-    let line = docs.get(document.checked_sub(1)?)?.referenced.line();
-    u32::try_from(line).ok().filter(|l| *l > 0)
-}
-
-/// The parser's message, without advice meant for programmers.
-fn yaml_message(error: &serde_saphyr::Error) -> String {
-    error
-        .to_string()
-        .replace(", set DuplicateKeyPolicy in Options if acceptable", "")
+    decode::locate(bytes, document.checked_sub(1)?).0
 }
 
 /// Whether `file` (below `resources/`) is a resource by its name.
@@ -849,45 +791,6 @@ fn is_resource_file(file: &Path) -> bool {
     [".json", ".yaml", ".yml"]
         .iter()
         .any(|ext| name.len() > ext.len() && name.ends_with(ext))
-}
-
-/// Replaces `kind: List` documents by their items (recursively), skipping
-/// null items. `items` is the index path of `value`; errors carry it.
-fn flatten_lists(
-    value: Value,
-    items: &mut Vec<usize>,
-    out: &mut Vec<(Vec<usize>, Value)>,
-) -> Result<(), (Vec<usize>, ObjectKeyError)> {
-    let is_list = value.get("kind").and_then(Value::as_str) == Some("List");
-    if !is_list {
-        if !value.is_null() {
-            out.push((items.clone(), value));
-        }
-        return Ok(());
-    }
-    let Value::Object(mut map) = value else {
-        return Ok(());
-    };
-    match map.remove("items") {
-        None | Some(Value::Null) => Ok(()),
-        Some(Value::Array(list)) => {
-            for (i, item) in list.into_iter().enumerate() {
-                items.push(i);
-                let result = flatten_lists(item, items, out);
-                items.pop();
-                result?;
-            }
-            Ok(())
-        }
-        Some(other) => Err((
-            items.clone(),
-            ObjectKeyError::WrongType {
-                field: "the items of a List",
-                expected: "an array",
-                found: crate::object::json_type(&other),
-            },
-        )),
-    }
 }
 
 /// Names kix uses as directory names, label values and API path segments:

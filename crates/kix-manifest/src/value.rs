@@ -82,9 +82,11 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
             .ok_or_else(|| E::custom(format!("integer {v} is out of range")))
     }
 
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        // As serde_json: NaN and infinities become null.
-        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        // `1e400` in JSON: kubectl refuses it (out of range for float64).
+        Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom(format!("number {v} is out of range")))
     }
 
     fn visit_str<E>(self, v: &str) -> Result<Value, E> {

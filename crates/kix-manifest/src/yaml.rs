@@ -1,0 +1,578 @@
+//! One YAML document, read to the value kubectl sends, or refused.
+//!
+//! kubectl (`sigs.k8s.io/yaml` over `go.yaml.in/yaml/v2`) reads the first
+//! YAML document of each `---`-separated chunk of a file, resolves plain
+//! scalars with YAML 1.1 rules ([`crate::scalar`]), turns every mapping key
+//! into a string (`on` becomes `"true"`, `0644` becomes `"420"`), lets a
+//! later key replace an earlier one, and applies merge keys (`<<`) in place.
+//! This module reads the events of the granit-parser crate (the parser
+//! serde-saphyr is built on) with those rules, and refuses, naming the line
+//! and saying what to write instead, whatever kubectl would read to
+//! something other than what the text says:
+//!
+//! * a key that is not a string to YAML (`on`, `1`, `null`, `[a]`): quote it;
+//! * a key that appears twice in a mapping;
+//! * a tag (`!!str`, `!foo`), a directive (`%YAML`);
+//! * `.inf` and `.nan` (JSON cannot carry them; kubectl fails);
+//! * content after the end of the first document of a chunk (after `...`),
+//!   which kubectl silently ignores;
+//! * heavy alias expansion (kubectl refuses "excessive aliasing").
+
+use std::collections::{HashMap, HashSet};
+
+use granit_parser::{Event, Parser, ScalarStyle, Span, StrInput, StructureStyle};
+use serde_json::{Map, Value};
+
+use crate::scalar::{Plain, plain_json, resolve_plain};
+
+/// Deepest nesting read (serde-saphyr's limit was the same).
+const MAX_DEPTH: usize = 128;
+
+/// A document: its value, the line where it starts, and, when it has a
+/// top-level `items` sequence, the line of each item.
+#[derive(Debug)]
+pub(crate) struct YamlDocument {
+    pub value: Value,
+    pub line: u32,
+    pub item_lines: Vec<u32>,
+}
+
+/// Why a chunk of YAML is refused: the line (in the file) and what is
+/// wrong, with what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct YamlError {
+    pub line: u32,
+    pub message: String,
+}
+
+/// Reads the chunk `text`, whose first line is line `first_line` of its
+/// file, as kubectl reads it; `None` for an empty document (only comments,
+/// or `null`), which kubectl skips.
+pub(crate) fn parse_chunk(text: &str, first_line: u32) -> Result<Option<YamlDocument>, YamlError> {
+    let options = granit_parser::options! {
+        emit_comments: false,
+        disallow_directives: true,
+        // libyaml's way: a BOM inside a document is content.
+        bom_inside_document_as_content: true,
+        block_nesting_limit: MAX_DEPTH,
+        flow_nesting_limit: MAX_DEPTH,
+        // For the names, which go-yaml v2 reads differently.
+        emit_anchor_events: true,
+    };
+    let has_tabs = text.contains('\t');
+    let mut reader = Composer {
+        events: Parser::new_from_str_with_options(text, options),
+        text,
+        first_line,
+        flow: 0,
+        block_scalars: has_tabs.then(Vec::new),
+        anchors: HashMap::new(),
+        depth: 0,
+        nodes: 0,
+        aliased_nodes: 0,
+        item_lines: Vec::new(),
+    };
+    let document = reader.document()?;
+    if let Some(blocks) = &reader.block_scalars {
+        check_tabs(text, first_line, blocks)?;
+    }
+    Ok(document)
+}
+
+/// go-yaml v2 refuses a tab in the indentation of a line, except inside a
+/// block scalar, at or past its content's indentation, after its first
+/// line (whose indentation is being detected). YAML 1.2 parsers are more
+/// lenient: refuse every other tab that starts a line's content.
+fn check_tabs(text: &str, first_line: u32, blocks: &[BlockScalar]) -> Result<(), YamlError> {
+    for (i, line) in text.split('\n').enumerate() {
+        let spaces = line.len() - line.trim_start_matches(' ').len();
+        if !line[spaces..].starts_with('\t') {
+            continue;
+        }
+        let number = u32::try_from(i + 1).unwrap_or(u32::MAX);
+        let content = blocks
+            .iter()
+            .any(|b| number > b.first_content_line && number <= b.last_line && spaces >= b.indent);
+        if !content {
+            return Err(YamlError {
+                line: first_line.saturating_add(number - 1),
+                message: "a tab in the indentation, which kubectl's YAML reader refuses or \
+                          reads otherwise: indent with spaces"
+                    .into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Where a literal or folded block scalar's content is, in chunk lines.
+struct BlockScalar {
+    first_content_line: u32,
+    last_line: u32,
+    indent: usize,
+}
+
+/// Nodes that alias expansion may add to a document before the ratio
+/// check applies, and the share of all nodes they may be. kubectl (go-yaml
+/// v2) refuses a document when over 100 decoded nodes come from aliases
+/// and they are over 10 % (for large documents; up to 99 % for small ones)
+/// of its decoded nodes; these limits refuse at least what it refuses.
+const ALIAS_NODES_FREE: usize = 100;
+const ALIAS_SHARE_PERCENT: usize = 5;
+
+struct Composer<'a> {
+    events: Parser<'a, StrInput<'a>>,
+    text: &'a str,
+    first_line: u32,
+    /// Flow collections the current node is in.
+    flow: usize,
+    /// The block scalars read, when the text has tabs to check.
+    block_scalars: Option<Vec<BlockScalar>>,
+    /// Anchor id -> the anchored node's value and its node count.
+    anchors: HashMap<usize, (Value, usize)>,
+    depth: usize,
+    /// Nodes read, keys included, aliases counted as what they expand to.
+    nodes: usize,
+    /// Of those, the nodes that came from alias expansion.
+    aliased_nodes: usize,
+    item_lines: Vec<u32>,
+}
+
+/// What a mapping key is.
+enum Key {
+    Text(String),
+    Merge,
+}
+
+impl<'a> Composer<'a> {
+    fn line(&self, span: &Span) -> u32 {
+        let line = u32::try_from(span.start.line()).unwrap_or(u32::MAX);
+        self.first_line.saturating_add(line.saturating_sub(1))
+    }
+
+    fn error(&self, span: &Span, message: impl Into<String>) -> YamlError {
+        YamlError {
+            line: self.line(span),
+            message: message.into(),
+        }
+    }
+
+    fn next(&mut self) -> Result<(Event<'a>, Span), YamlError> {
+        match self.events.next() {
+            Some(Ok((Event::Anchor(_, name), span))) => {
+                // go-yaml v2's anchor names: letters, digits, `_`, `-`.
+                let plain = name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
+                if !plain {
+                    return Err(self.error(
+                        &span,
+                        format!(
+                            "anchor name `{name}`: kubectl reads anchor names of letters, \
+                             digits, `_` and `-` only (the rest is YAML syntax to it); rename it"
+                        ),
+                    ));
+                }
+                self.next()
+            }
+            Some(Ok(event)) => Ok(event),
+            Some(Err(e)) => Err(YamlError {
+                line: self.first_line.saturating_add(
+                    u32::try_from(e.marker().line())
+                        .unwrap_or(u32::MAX)
+                        .saturating_sub(1),
+                ),
+                message: format!("{} (column {})", e.info(), e.marker().col() + 1),
+            }),
+            None => Err(YamlError {
+                line: self.first_line,
+                message: "unexpected end of the YAML events".into(),
+            }),
+        }
+    }
+
+    /// The chunk's first document; any later one must be empty.
+    fn document(&mut self) -> Result<Option<YamlDocument>, YamlError> {
+        let mut first: Option<Option<YamlDocument>> = None;
+        loop {
+            let (event, span) = self.next()?;
+            match event {
+                Event::StreamStart => {}
+                Event::StreamEnd => return Ok(first.flatten()),
+                Event::DocumentStart(..) => {
+                    let (event, span) = self.next()?;
+                    let line = self.line(&span);
+                    let value = self.node(event, span, true)?;
+                    let (event, span) = self.next()?;
+                    if !matches!(event, Event::DocumentEnd) {
+                        return Err(self.error(&span, "expected the end of the document"));
+                    }
+                    if first.is_some() {
+                        if !value.is_null() {
+                            return Err(YamlError {
+                                line,
+                                message: "content after the end of a document (`...`), which \
+                                          kubectl ignores: remove the `...` line above it, or \
+                                          start a new document with a `---` line"
+                                    .into(),
+                            });
+                        }
+                        continue;
+                    }
+                    self.check_aliasing(line)?;
+                    first = Some((!value.is_null()).then(|| YamlDocument {
+                        value,
+                        line,
+                        item_lines: std::mem::take(&mut self.item_lines),
+                    }));
+                }
+                _ => return Err(self.error(&span, "expected a YAML document")),
+            }
+        }
+    }
+
+    fn check_aliasing(&self, line: u32) -> Result<(), YamlError> {
+        if self.aliased_nodes > ALIAS_NODES_FREE
+            && self.aliased_nodes * 100 > self.nodes * ALIAS_SHARE_PERCENT
+        {
+            return Err(YamlError {
+                line,
+                message: format!(
+                    "aliases expand to {} of the document's {} nodes, which kubectl may refuse as \
+                     excessive aliasing: write the repeated parts out",
+                    self.aliased_nodes, self.nodes
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The value of the node that starts with `event`. `root`: the
+    /// document's top node, whose `items` lines are recorded.
+    fn node(&mut self, event: Event<'a>, span: Span, root: bool) -> Result<Value, YamlError> {
+        self.nodes += 1;
+        match event {
+            Event::Scalar(text, style, anchor, tag) => {
+                if let Some(tag) = tag {
+                    return Err(self.tag_error(&span, &tag.to_string()));
+                }
+                self.check_scalar(&text, style, &span)?;
+                let value = if style == ScalarStyle::Plain {
+                    plain_json(&text, resolve_plain(&text)).map_err(|_| {
+                        self.error(
+                            &span,
+                            format!(
+                                "`{text}` is not a number JSON can carry (kubectl fails on it): \
+                                 quote it if you mean the string"
+                            ),
+                        )
+                    })?
+                } else {
+                    Value::String(text.into_owned())
+                };
+                self.anchor(anchor, &value, 1);
+                Ok(value)
+            }
+            Event::SequenceStart(style, anchor, tag) => {
+                if let Some(tag) = tag {
+                    return Err(self.tag_error(&span, &tag.to_string()));
+                }
+                let before = self.nodes;
+                let flow = usize::from(style == StructureStyle::Flow);
+                self.flow += flow;
+                let value = self.sequence(&span, false)?;
+                self.flow -= flow;
+                self.anchor(anchor, &value, self.nodes - before + 1);
+                Ok(value)
+            }
+            Event::MappingStart(style, anchor, tag) => {
+                if let Some(tag) = tag {
+                    return Err(self.tag_error(&span, &tag.to_string()));
+                }
+                let before = self.nodes;
+                let flow = usize::from(style == StructureStyle::Flow);
+                self.flow += flow;
+                let value = Value::Object(self.mapping(&span, root)?);
+                self.flow -= flow;
+                self.anchor(anchor, &value, self.nodes - before + 1);
+                Ok(value)
+            }
+            Event::Alias(id) => {
+                self.nodes -= 1;
+                let Some((value, count)) = self.anchors.get(&id) else {
+                    return Err(self.error(&span, "alias to an unknown anchor"));
+                };
+                let value = value.clone();
+                self.nodes += count;
+                self.aliased_nodes += count;
+                Ok(value)
+            }
+            _ => Err(self.error(&span, "expected a YAML node")),
+        }
+    }
+
+    /// What go-yaml v2 reads differently in a scalar's source: `\/` in
+    /// double quotes (unknown to it), a plain scalar in a flow collection
+    /// starting with `?` or `:` (indicators there). Records block scalars
+    /// for the tab check.
+    fn check_scalar(
+        &mut self,
+        text: &str,
+        style: ScalarStyle,
+        span: &Span,
+    ) -> Result<(), YamlError> {
+        match style {
+            ScalarStyle::DoubleQuoted => {
+                let source = span.slice(self.text).unwrap_or_default();
+                if source.contains("\\/") && has_escaped_slash(source) {
+                    return Err(self.error(
+                        span,
+                        "the escape `\\/`, which kubectl's YAML reader does not know: write `/`",
+                    ));
+                }
+            }
+            ScalarStyle::Plain
+                if self.flow > 0 && (text.starts_with('?') || text.starts_with(':')) =>
+            {
+                return Err(self.error(
+                    span,
+                    format!(
+                        "`{text}` in a flow collection: kubectl reads the leading `{}` as YAML \
+                         syntax there; quote it",
+                        &text[..1]
+                    ),
+                ));
+            }
+            ScalarStyle::Literal | ScalarStyle::Folded => {
+                if let (Some(blocks), Some(indent)) = (&mut self.block_scalars, span.indent) {
+                    let start = u32::try_from(span.start.line()).unwrap_or(u32::MAX);
+                    let source = span.slice(self.text).unwrap_or_default();
+                    // The header line, then the first line with content.
+                    let first_content = source
+                        .split('\n')
+                        .skip(1)
+                        .position(|l| !l.trim_start_matches(' ').is_empty())
+                        .map_or(u32::MAX, |i| start + 1 + u32::try_from(i).unwrap_or(0));
+                    blocks.push(BlockScalar {
+                        first_content_line: first_content,
+                        last_line: u32::try_from(span.end.line()).unwrap_or(u32::MAX),
+                        indent,
+                    });
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn anchor(&mut self, anchor: usize, value: &Value, count: usize) {
+        if anchor != 0 {
+            self.anchors.insert(anchor, (value.clone(), count));
+        }
+    }
+
+    fn tag_error(&self, span: &Span, tag: &str) -> YamlError {
+        self.error(
+            span,
+            format!(
+                "tag {tag}: kix reads no YAML tags; remove it (quote a value that must stay a \
+                 string)"
+            ),
+        )
+    }
+
+    fn enter(&mut self, span: &Span) -> Result<(), YamlError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self.error(span, format!("nested more than {MAX_DEPTH} levels deep")));
+        }
+        Ok(())
+    }
+
+    /// A sequence whose start event was at `span`. `items`: record the
+    /// line of each item.
+    fn sequence(&mut self, span: &Span, items: bool) -> Result<Value, YamlError> {
+        self.enter(span)?;
+        let mut values = Vec::new();
+        loop {
+            let (event, span) = self.next()?;
+            if matches!(event, Event::SequenceEnd) {
+                break;
+            }
+            if items {
+                self.item_lines.push(self.line(&span));
+            }
+            values.push(self.node(event, span, false)?);
+        }
+        self.depth -= 1;
+        values.shrink_to_fit();
+        Ok(Value::Array(values))
+    }
+
+    /// A mapping whose start event was at `span`.
+    fn mapping(&mut self, span: &Span, root: bool) -> Result<Map<String, Value>, YamlError> {
+        self.enter(span)?;
+        let mut map = Map::new();
+        // The keys written in this mapping, once a merge key has added
+        // others (until then, the map's keys).
+        let mut written: Option<HashSet<String>> = None;
+        loop {
+            let (event, key_span) = self.next()?;
+            if matches!(event, Event::MappingEnd) {
+                break;
+            }
+            let key = self.key(event, &key_span)?;
+            let (event, value_span) = self.next()?;
+            match key {
+                Key::Merge => {
+                    // An alias there must name a mapping (go-yaml v2).
+                    let alias = matches!(event, Event::Alias(_));
+                    let value = self.node(event, value_span, false)?;
+                    if alias && !value.is_object() {
+                        return Err(self.merge_error(&key_span));
+                    }
+                    written.get_or_insert_with(|| map.keys().cloned().collect());
+                    self.merge(&mut map, value, &key_span)?;
+                }
+                Key::Text(key) => {
+                    let value = if root
+                        && key == "items"
+                        && matches!(event, Event::SequenceStart(_, 0, None))
+                    {
+                        // The items of a List: their lines serve errors.
+                        self.nodes += 1;
+                        self.sequence(&value_span, true)?
+                    } else {
+                        self.node(event, value_span, false)?
+                    };
+                    let repeated = match &mut written {
+                        None => map.contains_key(&key),
+                        Some(written) => !written.insert(key.clone()),
+                    };
+                    if repeated {
+                        return Err(self.error(
+                            &key_span,
+                            format!(
+                                "duplicate key {key:?} in a mapping (kubectl would keep the last \
+                                 one silently): remove one"
+                            ),
+                        ));
+                    }
+                    map.insert(key, value);
+                }
+            }
+        }
+        self.depth -= 1;
+        Ok(map)
+    }
+
+    /// A mapping key: a string, or `<<`.
+    fn key(&mut self, event: Event<'a>, span: &Span) -> Result<Key, YamlError> {
+        self.nodes += 1;
+        match event {
+            Event::Scalar(text, style, anchor, tag) => {
+                if let Some(tag) = tag {
+                    return Err(self.tag_error(span, &tag.to_string()));
+                }
+                self.check_scalar(&text, style, span)?;
+                if style != ScalarStyle::Plain {
+                    self.anchor(anchor, &Value::String(text.to_string()), 1);
+                    return Ok(Key::Text(text.into_owned()));
+                }
+                let plain = resolve_plain(&text);
+                match plain {
+                    Plain::Str => {
+                        self.anchor(anchor, &Value::String(text.to_string()), 1);
+                        Ok(Key::Text(text.into_owned()))
+                    }
+                    Plain::Merge => {
+                        self.anchor(anchor, &Value::String(text.to_string()), 1);
+                        Ok(Key::Merge)
+                    }
+                    other => Err(self.non_string_key(span, &text, &other)),
+                }
+            }
+            Event::Alias(id) => match self.anchors.get(&id) {
+                Some((Value::String(s), _)) => Ok(Key::Text(s.clone())),
+                Some(_) => Err(self.error(
+                    span,
+                    "an alias to something other than a string as a key: kubectl cannot use it; \
+                     write the key out",
+                )),
+                None => Err(self.error(span, "alias to an unknown anchor")),
+            },
+            _ => Err(self.error(
+                span,
+                "a mapping or sequence as a key: kubectl cannot read it; use a string key",
+            )),
+        }
+    }
+
+    fn non_string_key(&self, span: &Span, text: &str, plain: &Plain) -> YamlError {
+        let (what, sent) = match plain {
+            Plain::Null => ("null".to_owned(), "fails".to_owned()),
+            Plain::Bool(b) => (format!("the boolean {b}"), format!("sends the key \"{b}\"")),
+            Plain::Int(i) => (format!("the integer {i}"), format!("sends the key \"{i}\"")),
+            Plain::BigInt(u) => (format!("the integer {u}"), "sends another key".to_owned()),
+            Plain::Float(_) => ("a number".to_owned(), "sends another key".to_owned()),
+            Plain::Merge | Plain::Str => ("a string".to_owned(), "uses it".to_owned()),
+        };
+        self.error(
+            span,
+            format!(
+                "key `{text}` is {what} to YAML, not a string (kubectl {sent}): quote it, as \
+                 \"{text}\""
+            ),
+        )
+    }
+
+    fn merge_error(&self, span: &Span) -> YamlError {
+        self.error(
+            span,
+            "the value of a merge key `<<` must be a mapping, an alias to one, or a sequence of \
+             those",
+        )
+    }
+
+    /// Applies a merge key's value to `map` as go-yaml v2 does: a mapping's
+    /// entries replace what `map` has; for a sequence of mappings, the
+    /// earlier ones win.
+    fn merge(
+        &self,
+        map: &mut Map<String, Value>,
+        value: Value,
+        span: &Span,
+    ) -> Result<(), YamlError> {
+        let wrong = || self.merge_error(span);
+        match value {
+            Value::Object(entries) => map.extend(entries),
+            Value::Array(list) => {
+                for item in list.into_iter().rev() {
+                    let Value::Object(entries) = item else {
+                        return Err(wrong());
+                    };
+                    map.extend(entries);
+                }
+            }
+            _ => return Err(wrong()),
+        }
+        Ok(())
+    }
+}
+
+/// Whether double-quoted source text has the escape `\/` (a backslash not
+/// itself escaped, then `/`).
+fn has_escaped_slash(source: &str) -> bool {
+    let mut escaped = false;
+    for c in source.chars() {
+        if escaped {
+            if c == '/' {
+                return true;
+            }
+            escaped = false;
+        } else if c == '\\' {
+            escaped = true;
+        }
+    }
+    false
+}
