@@ -205,7 +205,9 @@ fn read_json_stream(text: &str, fast: bool) -> Result<Vec<Document>, DecodeError
                     return Err(json_error());
                 };
                 let rest_start = text.len() - rest.len();
-                documents.extend(read_yaml(rest, line_at(text, rest_start), fast)?);
+                // When YAML fails too, kubectl reports the JSON error.
+                let yaml = read_yaml(rest, line_at(text, rest_start), fast);
+                documents.extend(yaml.map_err(|_| json_error())?);
                 return Ok(documents);
             }
         }

@@ -79,9 +79,9 @@ pub enum TreeError {
         /// 1-based index of the document in the file, counting non-empty
         /// documents (a JSON file has one).
         document: usize,
-        /// Line where the document starts (YAML only).
+        /// Line where the document, or the List item, starts.
         line: Option<u32>,
-        /// Indexes into nested `kind: List` items, outermost first.
+        /// Index into the items of a List (a document with `items`).
         items: Vec<usize>,
         error: Box<ObjectKeyError>,
     },
@@ -209,15 +209,16 @@ pub enum TreeError {
     },
 }
 
-/// `document 2 (line 14), items[3]`.
+/// `document 2 (line 14)`, or `document 2, items[3] (line 20)` with the
+/// line of the item.
 fn location(document: usize, line: Option<u32>, items: &[usize]) -> String {
     let mut out = format!("document {document}");
-    if let Some(line) = line {
-        out.push_str(&format!(" (line {line})"));
-    }
     for (i, item) in items.iter().enumerate() {
         out.push_str(if i == 0 { ", " } else { "." });
         out.push_str(&format!("items[{item}]"));
+    }
+    if let Some(line) = line {
+        out.push_str(&format!(" (line {line})"));
     }
     out
 }

@@ -385,7 +385,7 @@ fn first_error_in_file_order_across_many_files() {
     store.write("packages/c/package.json", "{");
     let expected = [
         "duplicate object ConfigMap shared/cm-151: in packages/a/resources/075.yaml (document 2) and in packages/b/resources/100.yaml (document 1)",
-        "packages/b/resources/101.yaml: unclosed bracket '[' at line 1, column 4",
+        "packages/b/resources/101.yaml: line 1: unclosed bracket '[' (column 4)",
         "packages/c/package.json: EOF while parsing an object at line 1 column 1",
     ];
     // The first is reported; once it is fixed, the next one.
@@ -450,4 +450,186 @@ fn many_files_keep_their_order() {
     }
     // The same build every time.
     assert_eq!(store.read(), Ok(build));
+}
+
+// ---- the issue's observations: YAML read as kubectl reads it ----------
+
+/// Reads one resource file `app.yaml` in package `app`: its manifests in
+/// apply order, or the error message.
+fn read_one(text: &str) -> Result<Vec<serde_json::Value>, String> {
+    let store = Store::with_app();
+    store.write("packages/app/resources/app.yaml", text);
+    store
+        .read()
+        .map(|build| build.objects().map(|o| o.manifest.clone()).collect())
+        .map_err(|e| e.to_string())
+}
+
+fn cm(body: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n{body}")
+}
+
+#[test]
+fn mixed_case_booleans_are_strings() {
+    let objects = read_one(&cm("data: {a: oN, b: tRUE, c: nO, d: On, e: NO}\n")).expect("reads");
+    assert_eq!(
+        objects[0]["data"],
+        serde_json::json!({"a": "oN", "b": "tRUE", "c": "nO", "d": true, "e": false})
+    );
+}
+
+#[test]
+fn keys_that_are_not_strings_are_refused_with_the_line_and_what_to_write() {
+    for (key, to_yaml) in [
+        ("on", "the boolean true"),
+        ("y", "the boolean true"),
+        ("0644", "the integer 420"),
+        ("1.0", "a number"),
+        ("0x1F", "the integer 31"),
+        ("null", "null"),
+    ] {
+        let error = read_one(&cm(&format!("data:\n  a: b\n  {key}: c\n"))).expect_err(key);
+        assert_eq!(
+            error,
+            format!(
+                "packages/app/resources/app.yaml: line 7: key `{key}` is {to_yaml} to YAML, not \
+                 a string (kubectl {}): quote it, as \"{key}\"",
+                match key {
+                    "on" | "y" => "sends the key \"true\"".to_owned(),
+                    "0644" => "sends the key \"420\"".to_owned(),
+                    "0x1F" => "sends the key \"31\"".to_owned(),
+                    "null" => "fails".to_owned(),
+                    _ => "sends another key".to_owned(),
+                }
+            ),
+            "{key}"
+        );
+    }
+    // Quoted, they are the strings written.
+    let objects = read_one(&cm("data: {\"on\": a, '0644': b}\n")).expect("reads");
+    assert_eq!(
+        objects[0]["data"],
+        serde_json::json!({"on": "a", "0644": "b"})
+    );
+}
+
+#[test]
+fn content_after_a_document_end_is_refused() {
+    let text = format!(
+        "{}...\n{}",
+        cm(""),
+        cm("").replace("name: cm", "name: other")
+    );
+    assert_eq!(
+        read_one(&text).expect_err("refused"),
+        "packages/app/resources/app.yaml: line 6: content after the end of a document (`...`), \
+         which kubectl ignores: remove the `...` line above it, or start a new document with a \
+         `---` line"
+    );
+    // `...` followed by `---`, or by comments only, is fine.
+    let text = format!(
+        "{}...\n---\n{}...\n# end\n",
+        cm(""),
+        cm("").replace("name: cm", "name: b")
+    );
+    assert_eq!(read_one(&text).expect("reads").len(), 2);
+}
+
+#[test]
+fn a_merge_key_after_an_explicit_key_replaces_it_as_in_kubectl() {
+    let objects = read_one(&format!(
+        "b: &b {{x: 1}}\n{}",
+        cm("d: {x: 0, <<: *b}\ne: {<<: *b, x: 0}\n")
+    ))
+    .expect("reads");
+    assert_eq!(objects[0]["d"], serde_json::json!({"x": 1}));
+    assert_eq!(objects[0]["e"], serde_json::json!({"x": 0}));
+}
+
+#[test]
+fn numbers_in_every_base_and_with_underscores() {
+    let objects = read_one(&cm(
+        "x: [0X1F, 0O17, 0B101, 1_, 685_230.15, 0644, 1.0, 1e3, 1:30, 08]\n",
+    ))
+    .expect("reads");
+    assert_eq!(
+        objects[0]["x"],
+        serde_json::json!([31, 15, 5, 1, 685230.15, 420, 1, 1000, "1:30", 8])
+    );
+}
+
+#[test]
+fn duplicate_keys_are_refused_also_when_they_differ_only_in_form() {
+    for data in ["{\"a\": b, a: c}", "{a: 1, a: 2}", "{'x': 1, \"x\": 2}"] {
+        let error = read_one(&cm(&format!("data: {data}\n"))).expect_err(data);
+        assert!(error.contains("line 5: duplicate key"), "{data}: {error}");
+    }
+    // `{"1": b, 1: a}`: the plain 1 is an integer key, refused as such.
+    let error = read_one(&cm("data: {\"1\": b, 1: a}\n")).expect_err("refused");
+    assert!(error.contains("key `1` is the integer 1"), "{error}");
+}
+
+#[test]
+fn any_document_with_items_is_a_list_whose_items_are_the_objects() {
+    let text = "apiVersion: v1\nkind: ConfigMapList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a}\n- metadata: {name: b}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleList\nitems:\n- apiVersion: rbac.authorization.k8s.io/v1\n  kind: Role\n  metadata: {name: r, namespace: monitoring}\n  rules: []\n";
+    let objects = read_one(text).expect("reads");
+    let names: Vec<(&str, &str)> = objects
+        .iter()
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap_or(""),
+                o["metadata"]["name"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [("ConfigMap", "a"), ("ConfigMap", "b"), ("Role", "r")]
+    );
+    // The item without kind and apiVersion got the List's.
+    assert_eq!(objects[1]["apiVersion"], "v1");
+    // An error in an item names the item and its line.
+    let error = read_one("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a}\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {}\n").expect_err("refused");
+    assert_eq!(
+        error,
+        "packages/app/resources/app.yaml: document 1, items[1] (line 7): missing metadata.name"
+    );
+}
+
+#[test]
+fn kube_prometheus_list_files_read() {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kubectl/corpus/lists");
+    for (file, kind, count) in [
+        (
+            "kube-prometheus-grafana-dashboardDefinitions.yaml",
+            "ConfigMap",
+            3,
+        ),
+        (
+            "kube-prometheus-prometheus-roleSpecificNamespaces.yaml",
+            "Role",
+            3,
+        ),
+        (
+            "kube-prometheus-prometheus-roleBindingSpecificNamespaces.yaml",
+            "RoleBinding",
+            3,
+        ),
+    ] {
+        let text = fs::read_to_string(corpus.join(file)).expect("corpus file");
+        let objects = read_one(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(objects.len(), count, "{file}");
+        assert!(objects.iter().all(|o| o["kind"] == kind), "{file}");
+    }
+}
+
+#[test]
+fn json_objects_on_consecutive_lines_of_a_yaml_file_are_two_objects() {
+    let text = "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"a\"}}\n{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"b\"},\"data\":{\"x\":\"1\"}}\n";
+    let objects = read_one(text).expect("reads");
+    assert_eq!(objects.len(), 2);
+    assert_eq!(objects[1]["data"]["x"], "1");
+    // A third value that is not JSON: kubectl stops with the JSON error.
+    let error = read_one(&format!("{text}kind: x\n")).expect_err("refused");
+    assert!(error.contains("line 3: JSON:"), "{error}");
 }

@@ -1,5 +1,6 @@
-//! The fast YAML path never disagrees with serde-saphyr: whatever it reads,
-//! serde-saphyr reads to the same values (see `kix_manifest::fast_yaml`).
+//! The fast YAML path never disagrees with the full reader: whatever it
+//! reads, the full reader reads to the same values (see
+//! `kix_manifest::fast_yaml`); `kubectl_parity` checks the full reader.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
