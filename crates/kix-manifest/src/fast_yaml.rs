@@ -657,8 +657,9 @@ fn flow_item(text: &str, depth: usize) -> Option<(Value, &str)> {
             let end = text.find([',', ']', '}']).unwrap_or(text.len());
             let scalar = text[..end].trim_end_matches(' ');
             // Anything that has structure of its own is left to the full
-            // parser: `a: b` pairs, comments, nested brackets.
-            if scalar.is_empty() || scalar.contains([':', '#', '[', '{']) {
+            // parser: `a: b` pairs, comments, nested brackets, and `?`
+            // (an indicator in flow collections to kubectl).
+            if scalar.is_empty() || scalar.contains([':', '#', '[', '{', '?']) {
                 return None;
             }
             Some((plain_value(scalar)?, &text[end..]))

@@ -16,14 +16,12 @@
 //!   under `packages/` is listed. Other files in `packages/` are ignored.
 //! * Resources are the files below `packages/<name>/resources/` (at any depth)
 //!   whose names end in `.json`, `.yaml` or `.yml` (lower case); any other
-//!   file (`README.md`, `app.yaml.bak`) is ignored. A JSON file holds one
-//!   document; a YAML file may hold several (`---`). Empty and `null`
-//!   documents are skipped. A `kind: List` document is replaced by its
-//!   `items`, recursively.
-//! * YAML is read the way kubectl reads it (YAML 1.1 scalars as in
-//!   `sigs.k8s.io/yaml`): `yes`/`no`/`on`/`off`/`y`/`n` are booleans and
-//!   `0644` is octal (420). Quote strings that must stay strings. Duplicate
-//!   keys in a mapping are an error.
+//!   file (`README.md`, `app.yaml.bak`) is ignored.
+//! * Every resource file is read as `kubectl apply -f` reads it (JSON
+//!   streams, `---` documents, YAML 1.1 scalars, Lists of any kind), or
+//!   refused where kubectl would read other values than written (non-string
+//!   keys such as `on`, duplicate keys, tags, content after `...`): see
+//!   [`crate::decode`] and docs/concepts.md for the exact rule.
 //! * An object without `metadata.namespace` gets the package's `namespace`,
 //!   in its key and in its manifest, unless its kind is a well-known
 //!   cluster-scoped one ([`is_well_known_cluster_scoped`]). The reader cannot

@@ -65,7 +65,7 @@ pub(crate) fn parse_chunk(text: &str, first_line: u32) -> Result<Option<YamlDocu
         text,
         first_line,
         flow: 0,
-        block_scalars: has_tabs.then(Vec::new),
+        tabs: has_tabs.then(Tabs::default),
         anchors: HashMap::new(),
         depth: 0,
         nodes: 0,
@@ -73,36 +73,53 @@ pub(crate) fn parse_chunk(text: &str, first_line: u32) -> Result<Option<YamlDocu
         item_lines: Vec::new(),
     };
     let document = reader.document()?;
-    if let Some(blocks) = &reader.block_scalars {
-        check_tabs(text, first_line, blocks)?;
+    if let Some(tabs) = &reader.tabs {
+        check_tabs(text, first_line, tabs)?;
     }
     Ok(document)
 }
 
-/// go-yaml v2 refuses a tab in the indentation of a line, except inside a
-/// block scalar, at or past its content's indentation, after its first
-/// line (whose indentation is being detected). YAML 1.2 parsers are more
-/// lenient: refuse every other tab that starts a line's content.
-fn check_tabs(text: &str, first_line: u32, blocks: &[BlockScalar]) -> Result<(), YamlError> {
+/// go-yaml v2 refuses tabs in block context where a token may start (at
+/// the start of a line, after `-`, `?`, `:`), and in a block scalar before
+/// its content's indentation; YAML 1.2 parsers are more lenient. So a tab
+/// is read only inside a scalar on its first line, or in a block scalar's
+/// content at or past its indentation, after its first line (whose
+/// indentation is being detected); any other tab is refused.
+fn check_tabs(text: &str, first_line: u32, tabs: &Tabs) -> Result<(), YamlError> {
+    let mut offset = 0;
     for (i, line) in text.split('\n').enumerate() {
-        let spaces = line.len() - line.trim_start_matches(' ').len();
-        if !line[spaces..].starts_with('\t') {
+        let start = offset;
+        offset += line.len() + 1;
+        let Some(first_tab) = line.find('\t') else {
             continue;
-        }
+        };
         let number = u32::try_from(i + 1).unwrap_or(u32::MAX);
-        let content = blocks
-            .iter()
-            .any(|b| number > b.first_content_line && number <= b.last_line && spaces >= b.indent);
-        if !content {
+        let in_block = tabs.blocks.iter().any(|b| {
+            number > b.first_content_line && number <= b.last_line && first_tab >= b.indent
+        });
+        let all_inline = line.match_indices('\t').all(|(at, _)| {
+            tabs.inline
+                .iter()
+                .any(|&(from, to)| from < start + at && start + at < to)
+        });
+        if !(in_block || all_inline) {
             return Err(YamlError {
                 line: first_line.saturating_add(number - 1),
-                message: "a tab in the indentation, which kubectl's YAML reader refuses or \
-                          reads otherwise: indent with spaces"
+                message: "a tab outside a value, which kubectl's YAML reader refuses or reads \
+                          otherwise: use spaces"
                     .into(),
             });
         }
     }
     Ok(())
+}
+
+/// Where tabs are content, when the text has tabs to check.
+#[derive(Default)]
+struct Tabs {
+    blocks: Vec<BlockScalar>,
+    /// Byte ranges of plain and quoted scalars, each on its first line.
+    inline: Vec<(usize, usize)>,
 }
 
 /// Where a literal or folded block scalar's content is, in chunk lines.
@@ -126,8 +143,8 @@ struct Composer<'a> {
     first_line: u32,
     /// Flow collections the current node is in.
     flow: usize,
-    /// The block scalars read, when the text has tabs to check.
-    block_scalars: Option<Vec<BlockScalar>>,
+    /// Where tabs are content, when the text has tabs to check.
+    tabs: Option<Tabs>,
     /// Anchor id -> the anchored node's value and its node count.
     anchors: HashMap<usize, (Value, usize)>,
     depth: usize,
@@ -312,8 +329,8 @@ impl<'a> Composer<'a> {
     }
 
     /// What go-yaml v2 reads differently in a scalar's source: `\/` in
-    /// double quotes (unknown to it), a plain scalar in a flow collection
-    /// starting with `?` or `:` (indicators there). Records block scalars
+    /// double quotes (unknown to it), `?` or `:` in a plain scalar in a flow
+    /// collection (indicators there to it). Records block scalars
     /// for the tab check.
     fn check_scalar(
         &mut self,
@@ -321,6 +338,16 @@ impl<'a> Composer<'a> {
         style: ScalarStyle,
         span: &Span,
     ) -> Result<(), YamlError> {
+        if let Some(tabs) = &mut self.tabs
+            && matches!(
+                style,
+                ScalarStyle::Plain | ScalarStyle::SingleQuoted | ScalarStyle::DoubleQuoted
+            )
+            && let (Some(from), Some(to)) = (span.start.byte_offset(), span.end.byte_offset())
+        {
+            let line_end = self.text[from..].find('\n').map_or(to, |n| from + n);
+            tabs.inline.push((from, to.min(line_end)));
+        }
         match style {
             ScalarStyle::DoubleQuoted => {
                 let source = span.slice(self.text).unwrap_or_default();
@@ -331,20 +358,17 @@ impl<'a> Composer<'a> {
                     ));
                 }
             }
-            ScalarStyle::Plain
-                if self.flow > 0 && (text.starts_with('?') || text.starts_with(':')) =>
-            {
+            ScalarStyle::Plain if self.flow > 0 && text.contains(['?', ':']) => {
                 return Err(self.error(
                     span,
                     format!(
-                        "`{text}` in a flow collection: kubectl reads the leading `{}` as YAML \
-                         syntax there; quote it",
-                        &text[..1]
+                        "`{text}` in a flow collection (`[...]`, `{{...}}`): kubectl's YAML \
+                         reader takes `?` and `:` there for YAML syntax; quote it"
                     ),
                 ));
             }
             ScalarStyle::Literal | ScalarStyle::Folded => {
-                if let (Some(blocks), Some(indent)) = (&mut self.block_scalars, span.indent) {
+                if let (Some(tabs), Some(indent)) = (&mut self.tabs, span.indent) {
                     let start = u32::try_from(span.start.line()).unwrap_or(u32::MAX);
                     let source = span.slice(self.text).unwrap_or_default();
                     // The header line, then the first line with content.
@@ -353,7 +377,7 @@ impl<'a> Composer<'a> {
                         .skip(1)
                         .position(|l| !l.trim_start_matches(' ').is_empty())
                         .map_or(u32::MAX, |i| start + 1 + u32::try_from(i).unwrap_or(0));
-                    blocks.push(BlockScalar {
+                    tabs.blocks.push(BlockScalar {
                         first_content_line: first_content,
                         last_line: u32::try_from(span.end.line()).unwrap_or(u32::MAX),
                         indent,
