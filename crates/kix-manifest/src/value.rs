@@ -151,11 +151,19 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
             }
         }
         let mut object = Map::with_capacity(self.scratch.entries.len() - start);
+        let mut repeated = None;
         for (key, value) in self.scratch.entries.drain(start..) {
-            // A repeated key replaces the earlier value, as in serde_json.
-            object.insert(key, value);
+            if let (Some(_), None) = (object.insert(key.clone(), value), &repeated) {
+                repeated = Some(key);
+            }
         }
-        Ok(Value::Object(object))
+        match repeated {
+            // kubectl's decoders disagree on which value a repeated key has.
+            Some(key) => Err(<A::Error as de::Error>::custom(format!(
+                "duplicate key {key:?} in an object (kubectl may read either value): remove one"
+            ))),
+            None => Ok(Value::Object(object)),
+        }
     }
 }
 
@@ -259,7 +267,7 @@ mod tests {
     #[test]
     fn same_value_as_serde_json() {
         let text = r#"{"b":[1,-2,3.5,1e300,18446744073709551615,-9223372036854775808,"x\n\"",null,true,false,[],{}],
-            "a":{"z":{"y":[{"k":"v"}]},"dup":1,"dup":2},"":""}"#;
+            "a":{"z":{"y":[{"k":"v"}]},"dup":1},"":""}"#;
         let ours = compact_json(text);
         let theirs: Value = serde_json::from_str(text).expect("valid");
         assert_eq!(ours, theirs);
@@ -285,6 +293,15 @@ mod tests {
         assert_eq!(map.len(), 5);
         let items = compact_json("[1,2,3,4,5]");
         assert_eq!(items.as_array().map(Vec::capacity), Some(5));
+    }
+
+    #[test]
+    fn repeated_keys_are_errors() {
+        let mut de = serde_json::Deserializer::from_str(r#"{"a":{"k":1,"k":2}}"#);
+        let error = CompactValue::deserialize(&mut de)
+            .err()
+            .map(|e| e.to_string());
+        assert!(error.is_some_and(|e| e.contains("duplicate key \"k\"")));
     }
 
     #[test]

@@ -499,6 +499,14 @@ impl<'a> Composer<'a> {
                     return Err(self.tag_error(span, &tag.to_string()));
                 }
                 self.check_scalar(&text, style, span)?;
+                if span.start.line() != span.end.line() {
+                    // go-yaml v2 reads no key over several lines.
+                    return Err(self.error(
+                        span,
+                        "a key that spans lines, which kubectl's YAML reader refuses: write \
+                         it on one line",
+                    ));
+                }
                 if style != ScalarStyle::Plain {
                     self.anchor(anchor, &Value::String(text.to_string()), 1);
                     return Ok(Key::Text(text.into_owned()));
