@@ -137,6 +137,9 @@ struct BlockScalar {
 const ALIAS_NODES_FREE: usize = 100;
 const ALIAS_SHARE_PERCENT: usize = 5;
 
+const ALIAS_END: &str = "an alias not followed by a space, which kubectl's YAML reader refuses: \
+                         add a space after it";
+
 struct Composer<'a> {
     events: Parser<'a, StrInput<'a>>,
     text: &'a str,
@@ -174,6 +177,20 @@ impl<'a> Composer<'a> {
         }
     }
 
+    /// go-yaml v2 wants a space, a line end or one of `?:,]}%@` and a
+    /// backtick after an anchor or alias.
+    fn ends_anchor(&self, span: &Span) -> bool {
+        let after = span.end.byte_offset().and_then(|end| self.text.get(end..));
+        after.is_none_or(|rest| {
+            rest.chars().next().is_none_or(|c| {
+                matches!(
+                    c,
+                    ' ' | '\t' | '\n' | '\r' | '?' | ':' | ',' | ']' | '}' | '%' | '@' | '`'
+                )
+            })
+        })
+    }
+
     fn next(&mut self) -> Result<(Event<'a>, Span), YamlError> {
         match self.events.next() {
             Some(Ok((Event::Anchor(_, name), span))) => {
@@ -181,12 +198,12 @@ impl<'a> Composer<'a> {
                 let plain = name
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
-                if !plain {
+                if !plain || !self.ends_anchor(&span) {
                     return Err(self.error(
                         &span,
                         format!(
-                            "anchor name `{name}`: kubectl reads anchor names of letters, \
-                             digits, `_` and `-` only (the rest is YAML syntax to it); rename it"
+                            "anchor `&{name}`: kubectl reads anchor names of letters, digits, \
+                             `_` and `-` only, followed by a space; rename it or add the space"
                         ),
                     ));
                 }
@@ -316,6 +333,9 @@ impl<'a> Composer<'a> {
             }
             Event::Alias(id) => {
                 self.nodes -= 1;
+                if !self.ends_anchor(&span) {
+                    return Err(self.error(&span, ALIAS_END));
+                }
                 let Some((value, count)) = self.anchors.get(&id) else {
                     return Err(self.error(&span, "alias to an unknown anchor"));
                 };
@@ -524,6 +544,7 @@ impl<'a> Composer<'a> {
                     other => Err(self.non_string_key(span, &text, &other)),
                 }
             }
+            Event::Alias(_) if !self.ends_anchor(span) => Err(self.error(span, ALIAS_END)),
             Event::Alias(id) => match self.anchors.get(&id) {
                 Some((Value::String(s), _)) => Ok(Key::Text(s.clone())),
                 Some(_) => Err(self.error(
