@@ -393,12 +393,14 @@ fn check_characters(text: &str, first_line: u32) -> Result<(), DecodeError> {
     }
 }
 
+/// The index of an object in its List's `items`; `None` for a document
+/// that is an object.
+pub(crate) type Item = Option<usize>;
+
 /// What kubectl makes of a document: its objects, the index of each in the
 /// List's `items` (`None` for a document that is an object), or why it is
 /// refused and where (the item index, or `None` for the document).
-pub(crate) fn objects(
-    value: Value,
-) -> Result<Vec<(Option<usize>, Value)>, (Option<usize>, String)> {
+pub(crate) fn objects(value: Value) -> Result<Vec<(Item, Value)>, (Item, String)> {
     let Value::Object(mut map) = value else {
         return Ok(vec![(None, value)]);
     };
@@ -513,10 +515,10 @@ fn check_metadata(map: &Map<String, Value>) -> Result<(), String> {
             continue;
         }
         match field.as_str() {
-            "name" | "generateName" | "namespace" | "selfLink" | "uid" | "resourceVersion" => {
-                if !v.is_string() {
-                    return wrong(field, "a string", v);
-                }
+            "name" | "generateName" | "namespace" | "selfLink" | "uid" | "resourceVersion"
+                if !v.is_string() =>
+            {
+                return wrong(field, "a string", v);
             }
             "labels" | "annotations" => match v {
                 Value::Object(m) if m.values().all(|x| x.is_string() || x.is_null()) => {}
