@@ -549,7 +549,7 @@ fn a_merge_key_after_an_explicit_key_replaces_it_as_in_kubectl() {
 #[test]
 fn numbers_in_every_base_and_with_underscores() {
     let objects = read_one(&cm(
-        "x: [0X1F, 0O17, 0B101, 1_, 685_230.15, 0644, 1.0, 1e3, 08]\ny:\n- 1:30\n",
+        "x: [0X1F, 0O17, 0B101, 1_, 685_230.15, 0644, 1.0, 1e3, 08]\nt:\n- 1:30\n",
     ))
     .expect("reads");
     assert_eq!(
@@ -557,7 +557,7 @@ fn numbers_in_every_base_and_with_underscores() {
         serde_json::json!([31, 15, 5, 1, 685230.15, 420, 1, 1000, 8])
     );
     // Sexagesimal is a string (in a flow collection, kix asks to quote it).
-    assert_eq!(objects[0]["y"], serde_json::json!(["1:30"]));
+    assert_eq!(objects[0]["t"], serde_json::json!(["1:30"]));
 }
 
 #[test]
