@@ -92,9 +92,14 @@ pub fn file_objects(bytes: &[u8]) -> Result<Vec<Value>, String> {
     })?;
     let mut out = Vec::new();
     for (index, document) in documents.into_iter().enumerate() {
-        let at = |item: Option<usize>| {
-            let (line, item_lines) = match document.line {
-                Some(line) => (Some(line), document.item_lines.clone()),
+        let Document {
+            value,
+            line,
+            item_lines,
+        } = document;
+        let at = |item: Item| {
+            let (line, item_lines) = match line {
+                Some(line) => (Some(line), item_lines.clone()),
                 None => locate(bytes, index),
             };
             let line = item.and_then(|i| item_lines.get(i).copied()).or(line);
@@ -107,8 +112,7 @@ pub fn file_objects(bytes: &[u8]) -> Result<Vec<Value>, String> {
             }
             at
         };
-        let objects = objects(document.value.clone())
-            .map_err(|(item, reason)| format!("{}: {reason}", at(item)))?;
+        let objects = objects(value).map_err(|(item, reason)| format!("{}: {reason}", at(item)))?;
         for (item, manifest) in objects {
             crate::object::ObjectKey::from_manifest(&manifest)
                 .map_err(|e| format!("{}: {e}", at(item)))?;
@@ -177,8 +181,7 @@ fn read_json_stream(text: &str, fast: bool) -> Result<Vec<Document>, DecodeError
                 if value.is_null() {
                     continue;
                 }
-                let value = kubectl_numbers(value)
-                    .map_err(|()| DecodeError::at(line_at(text, start), NOT_FINITE))?;
+                let value = kubectl_numbers(value);
                 documents.push(Document {
                     value,
                     line: Some(line_at(text, start)),
@@ -214,8 +217,6 @@ fn read_json_stream(text: &str, fast: bool) -> Result<Vec<Document>, DecodeError
     }
 }
 
-const NOT_FINITE: &str = "a number JSON cannot carry";
-
 /// White space up to and including the first line break dropped; `None`
 /// when only white space is left.
 fn skip_to_yaml(text: &str) -> Option<&str> {
@@ -230,26 +231,19 @@ fn skip_to_yaml(text: &str) -> Option<&str> {
     None
 }
 
-/// Every number of `value` as kubectl sends it; `Err` for none here (JSON
-/// has no infinities), kept for the types.
-fn kubectl_numbers(value: Value) -> Result<Value, ()> {
-    Ok(match value {
-        Value::Number(n) if !n.is_i64() => Value::Number(kubectl_number(&n).map_err(|_| ())?),
-        Value::Array(items) => Value::Array(
-            items
-                .into_iter()
-                .map(kubectl_numbers)
-                .collect::<Result<_, _>>()?,
+/// Every number of `value` as kubectl sends it (JSON has no infinities,
+/// so every number converts).
+fn kubectl_numbers(value: Value) -> Value {
+    match value {
+        Value::Number(n) if !n.is_i64() => Value::Number(kubectl_number(&n).unwrap_or(n)),
+        Value::Array(items) => Value::Array(items.into_iter().map(kubectl_numbers).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, kubectl_numbers(v)))
+                .collect(),
         ),
-        Value::Object(map) => {
-            let mut out = Map::with_capacity(map.len());
-            for (k, v) in map {
-                out.insert(k, kubectl_numbers(v)?);
-            }
-            Value::Object(out)
-        }
         other => other,
-    })
+    }
 }
 
 /// YAML text whose first line is line `first_line` of the file.
