@@ -310,6 +310,8 @@ fn chunks(text: &str, first_line: u32) -> Result<Vec<Chunk>, DecodeError> {
         None => text.split('\n').collect(),
     };
     let count = lines.len();
+    // Whether a document has content since the last `---` or `...`.
+    let mut content = false;
     for (i, raw) in lines.into_iter().enumerate() {
         let line_no = first_line.saturating_add(u32::try_from(i).unwrap_or(u32::MAX));
         let has_break = i + 1 < count || ends_with_break;
@@ -323,6 +325,20 @@ fn chunks(text: &str, first_line: u32) -> Result<Vec<Chunk>, DecodeError> {
                 line_no,
                 "a carriage return that does not end a line: remove it",
             ));
+        }
+        if let Some(after) = line.strip_prefix("...")
+            && (after.is_empty() || after.starts_with([' ', '\t', '#']))
+        {
+            // go-yaml v2 refuses a document end with no document before it.
+            if !content {
+                return Err(DecodeError::at(
+                    line_no,
+                    "`...` with no document before it, which kubectl refuses: remove it",
+                ));
+            }
+            content = false;
+        } else if !line.trim_start().is_empty() && !line.trim_start().starts_with('#') {
+            content = !line.starts_with("---");
         }
         if let Some(after) = line.strip_prefix("---") {
             let after = after.trim();
