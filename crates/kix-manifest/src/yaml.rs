@@ -323,6 +323,19 @@ impl<'a> Composer<'a> {
                 if let Some(tag) = tag {
                     return Err(self.tag_error(&span, &tag.to_string()));
                 }
+                let opens = span
+                    .start
+                    .byte_offset()
+                    .and_then(|at| self.text.get(at..))
+                    .is_some_and(|rest| rest.starts_with('{'));
+                if style == StructureStyle::Flow && !opens {
+                    // `[a: b]`: go-yaml v2 reads such pairs differently.
+                    return Err(self.error(
+                        &span,
+                        "a `key: value` pair inside `[...]`, which kubectl's YAML reader reads \
+                         otherwise: write it as `{key: value}`, or quote it",
+                    ));
+                }
                 let before = self.nodes;
                 let flow = usize::from(style == StructureStyle::Flow);
                 self.flow += flow;
