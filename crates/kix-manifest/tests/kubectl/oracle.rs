@@ -172,8 +172,8 @@ pub fn compare(kix: &Result<Vec<Value>, String>, kubectl: &Report) -> Verdict {
 /// difference of number form: numbers that are not `int64`s (floats, and
 /// integers above `i64::MAX`, which kubectl sends as floats) are equal when
 /// they are the same `float64`, however written (`1e+21`, `1e21`;
-/// `12345678901234567000`, `1.2345678901234567e19`). An `int64` must be
-/// the same `int64`.
+/// `12345678901234567000`, `1.2345678901234567e19`), and zeros are equal
+/// whatever their sign. Otherwise an `int64` must be the same `int64`.
 fn difference(a: &Value, b: &Value, path: String) -> Option<String> {
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
@@ -193,11 +193,16 @@ fn difference(a: &Value, b: &Value, path: String) -> Option<String> {
                 .find_map(|(i, (v, w))| difference(v, w, format!("{path}[{i}]")))
         }
         (Value::Number(x), Value::Number(y)) => {
-            let same = match (x.as_i64(), y.as_i64()) {
-                (Some(i), Some(j)) => i == j,
-                (None, None) => x.as_f64() == y.as_f64(),
-                _ => false,
-            };
+            // Zero's sign aside: JSON `-0` and `-0.0` look alike to kix
+            // (serde_json), not to kubectl, which sends `0` for one and `-0`
+            // for the other; the API server reads both as zero.
+            let zero = x.as_f64() == Some(0.0) && y.as_f64() == Some(0.0);
+            let same = zero
+                || match (x.as_i64(), y.as_i64()) {
+                    (Some(i), Some(j)) => i == j,
+                    (None, None) => x.as_f64() == y.as_f64(),
+                    _ => false,
+                };
             (!same).then_some(path)
         }
         _ => (a != b).then_some(path),
