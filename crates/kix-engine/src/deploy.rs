@@ -97,6 +97,12 @@ pub struct DeployOptions {
     /// Apply as this existing record instead of creating one (the operator
     /// acting on a record the CLI wrote).
     pub record: Option<String>,
+    /// Re-plan against the live state once the Lease is held, and run that
+    /// plan if its destructive actions are the confirmed plan's (or fewer).
+    /// Set when time passed since planning (an interactive confirmation, a
+    /// saved plan); the plan is re-made anyway when another deploy recorded
+    /// an activation since.
+    pub replan: bool,
 }
 
 impl Default for DeployOptions {
@@ -123,6 +129,7 @@ impl Default for DeployOptions {
             lease: LeaseOptions::default(),
             events: None,
             record: None,
+            replan: false,
         }
     }
 }
@@ -279,9 +286,14 @@ pub async fn deploy(
         options.lease.clone(),
     )
     .await?;
-    let result = run(client, build, &plan, options, &lease).await;
+    let result = match resealed(client, build, plan, options).await {
+        Ok(plan) => run(client, build, &plan, options, &lease)
+            .await
+            .map(|outcome| (outcome, plan)),
+        Err(err) => Err(err),
+    };
     lease.release().await;
-    let outcome = result?;
+    let (outcome, plan) = result?;
     if outcome.phase == Phase::Failed
         && options.on_error == OnError::Rollback
         && let Some((prev_name, prev_path)) =
@@ -292,6 +304,7 @@ pub async fn deploy(
             client,
             &prev_path,
             outcome.activation.clone(),
+            &undo_consent(&plan, options),
             options,
         ))
         .await?;
@@ -302,6 +315,35 @@ pub async fn deploy(
         });
     }
     Ok(outcome)
+}
+
+/// The plan to run, decided while holding the Lease: `plan` itself, or a
+/// re-plan against the live state when time passed since it was made or
+/// another deploy recorded an activation meanwhile. A re-plan with a
+/// destructive action the confirmed plan did not have changes nothing.
+async fn resealed(
+    client: &Client,
+    build: &Build,
+    plan: Plan,
+    options: &DeployOptions,
+) -> Result<Plan> {
+    let moved = options.record.is_none() && {
+        let all = records::list_all(client).await?;
+        records::current(&all, &plan.cluster).and_then(|c| c.metadata.name.clone())
+            != plan.current_activation
+            || Activation::name_for(&plan.cluster, records::next_sequence(&all, &plan.cluster))
+                != plan.activation
+    };
+    if !options.replan && !moved {
+        return Ok(plan);
+    }
+    let confirmed = crate::seal::Destructive::of(&plan).accepted();
+    let mut plan_options = plan.options.clone();
+    plan_options.activation = options.record.clone();
+    let replanned = crate::plan::plan(client, build, &plan.store_path, &plan_options).await?;
+    crate::seal::check(&confirmed, &crate::seal::Destructive::of(&replanned))?;
+    check_plan(&replanned, build, options)?;
+    Ok(replanned)
 }
 
 /// The newest record of `cluster` other than `except` whose build was applied
@@ -322,12 +364,28 @@ async fn last_applied(
         .map(|r| (r.name_any(), r.spec.source.path.clone())))
 }
 
+/// What `--on-error rollback` consents to for the failed deploy of `failed`:
+/// deleting the objects it created; with `--accept-migrations`, also the
+/// replaces, adoptions and migrations the rollback's plan holds.
+fn undo_consent(failed: &Plan, options: &DeployOptions) -> crate::seal::Consented {
+    crate::seal::Consented {
+        deletions: failed
+            .objects()
+            .filter(|o| o.action == Action::Create)
+            .map(|o| o.key.clone())
+            .collect(),
+        others: options.accept_migrations,
+    }
+}
+
 /// Re-applies the build at `store_path` as a new activation whose receipt
-/// names `failed` as the rollback origin.
+/// names `failed` as the rollback origin. Its plan's destructive actions must
+/// be within `consent`; otherwise nothing changes.
 pub async fn rollback_to(
     client: &Client,
     store_path: &str,
     from: Option<String>,
+    consent: &crate::seal::Consented,
     options: &DeployOptions,
 ) -> Result<DeployOutcome> {
     let build = kix_manifest::read_tree(
@@ -352,6 +410,8 @@ pub async fn rollback_to(
         },
     )
     .await?;
+    consent.check(&plan)?;
+    options.replan = false;
     Box::pin(deploy(client, &build, plan, &options)).await
 }
 
@@ -379,11 +439,7 @@ pub fn activation_spec(plan: &Plan, options: &DeployOptions) -> ActivationSpec {
                 replace: counts.replace,
                 adopt: counts.adopt,
             },
-            accepted_migrations: if options.accept_migrations {
-                plan.needs_acceptance()
-            } else {
-                vec![]
-            },
+            accepted: crate::seal::Destructive::of(plan).accepted(),
             rollback_from: options.receipt.rollback_from.clone(),
         },
         engine: options.engine,
@@ -441,6 +497,8 @@ async fn run(
     }
     let mut status = record.status.clone().unwrap_or_default();
     status.phase = Some(Phase::Applying);
+    // A reason it had to wait (the operator's) no longer holds.
+    status.message = None;
     status.kinds = plan.kinds.clone();
     status.objects = Some(build.object_count() as u32);
     status.progress = Some(Progress {

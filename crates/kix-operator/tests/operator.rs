@@ -676,7 +676,7 @@ async fn rollback_and_gc_through_the_operator() {
         "pruned by the operator"
     );
 
-    // Rollback: the current record (2) is pointed at record 1's build.
+    // Rollback: a new operator record (3) for record 1's build.
     let out = kix(&[
         "rollback",
         &env.cluster,
@@ -692,7 +692,7 @@ async fn rollback_and_gc_through_the_operator() {
         text(&out)
     );
     let current = records
-        .get(&format!("{}-2", env.cluster))
+        .get(&format!("{}-3", env.cluster))
         .await
         .expect("record");
     let first = records
@@ -804,6 +804,15 @@ async fn objects_that_cannot_be_deleted_are_reported_and_gc_exits_1() {
         out.status.code(),
         Some(1),
         "Degraded exits 1: {}",
+        text(&out)
+    );
+    // The CLI prints the record's reasons, not only the phase.
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "not deleted: ConfigMap {}/undeletable",
+            env.namespace
+        )),
+        "{}",
         text(&out)
     );
     let second = records
