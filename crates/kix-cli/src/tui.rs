@@ -633,6 +633,7 @@ mod tests {
             kinds: vec![],
             migrations: vec![],
             desired: vec![],
+            options: Default::default(),
         }
     }
 

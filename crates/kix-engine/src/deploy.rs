@@ -254,25 +254,11 @@ pub async fn deploy(
     options: &DeployOptions,
 ) -> Result<DeployOutcome> {
     check_plan(&plan, build, options)?;
-    if !plan.has_changes()
-        && plan.current_path.as_deref() == Some(plan.store_path.as_str())
-        && plan.current_phase == Some(Phase::Active)
-        && (options.record.is_none() || options.record == plan.current_activation)
-    {
-        let name = plan.current_activation.clone();
-        return Ok(DeployOutcome {
-            message: format!(
-                "nothing to do: {} is current and up to date",
-                name.as_deref().unwrap_or("?")
-            ),
-            activation: name,
-            phase: Phase::Active,
-            applied: 0,
-            pruned: 0,
-            failed: 0,
-            no_op: true,
-            rolled_back_to: None,
-        });
+    // A plan made before another deploy recorded an activation is stale:
+    // neither its "nothing to do" nor its actions are trusted.
+    let moved = records_moved(client, &plan, options).await?;
+    if !moved && let Some(outcome) = no_op(&plan, options) {
+        return Ok(outcome);
     }
     // Before any change: the build's GC root can be written (a user without
     // a roots directory of their own is told what to do).
@@ -286,10 +272,13 @@ pub async fn deploy(
         options.lease.clone(),
     )
     .await?;
-    let result = match resealed(client, build, plan, options).await {
-        Ok(plan) => run(client, build, &plan, options, &lease)
-            .await
-            .map(|outcome| (outcome, plan)),
+    let result = match resealed(client, build, plan, options, moved).await {
+        Ok(plan) => match no_op(&plan, options) {
+            Some(outcome) => Ok((outcome, plan)),
+            None => run(client, build, &plan, options, &lease)
+                .await
+                .map(|outcome| (outcome, plan)),
+        },
         Err(err) => Err(err),
     };
     lease.release().await;
@@ -317,23 +306,52 @@ pub async fn deploy(
     Ok(outcome)
 }
 
+/// The outcome of a plan with nothing to do: the build is current, Active,
+/// and nothing drifted.
+fn no_op(plan: &Plan, options: &DeployOptions) -> Option<DeployOutcome> {
+    let current = !plan.has_changes()
+        && plan.current_path.as_deref() == Some(plan.store_path.as_str())
+        && plan.current_phase == Some(Phase::Active)
+        && (options.record.is_none() || options.record == plan.current_activation);
+    current.then(|| DeployOutcome {
+        message: format!(
+            "nothing to do: {} is current and up to date",
+            plan.current_activation.as_deref().unwrap_or("?")
+        ),
+        activation: plan.current_activation.clone(),
+        phase: Phase::Active,
+        applied: 0,
+        pruned: 0,
+        failed: 0,
+        no_op: true,
+        rolled_back_to: None,
+    })
+}
+
+/// Whether another deploy recorded an activation of the cluster since `plan`
+/// was made (its current record or its next name changed). The operator
+/// acts on an existing record it has just planned for: never.
+async fn records_moved(client: &Client, plan: &Plan, options: &DeployOptions) -> Result<bool> {
+    if options.record.is_some() {
+        return Ok(false);
+    }
+    let all = records::list_all(client).await?;
+    let current = records::current(&all, &plan.cluster).and_then(|c| c.metadata.name.clone());
+    let next = Activation::name_for(&plan.cluster, records::next_sequence(&all, &plan.cluster));
+    Ok(current != plan.current_activation || next != plan.activation)
+}
+
 /// The plan to run, decided while holding the Lease: `plan` itself, or a
-/// re-plan against the live state when time passed since it was made or
-/// another deploy recorded an activation meanwhile. A re-plan with a
-/// destructive action the confirmed plan did not have changes nothing.
+/// re-plan against the live state when time passed since it was made
+/// (`options.replan`) or the records `moved`. A re-plan with a destructive
+/// action the confirmed plan did not have changes nothing.
 async fn resealed(
     client: &Client,
     build: &Build,
     plan: Plan,
     options: &DeployOptions,
+    moved: bool,
 ) -> Result<Plan> {
-    let moved = options.record.is_none() && {
-        let all = records::list_all(client).await?;
-        records::current(&all, &plan.cluster).and_then(|c| c.metadata.name.clone())
-            != plan.current_activation
-            || Activation::name_for(&plan.cluster, records::next_sequence(&all, &plan.cluster))
-                != plan.activation
-    };
     if !options.replan && !moved {
         return Ok(plan);
     }

@@ -349,7 +349,11 @@ impl fmt::Display for Remaining {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.object)?;
         match (self.deleting, self.finalizers.is_empty()) {
-            (true, false) => write!(f, " (Terminating, held by finalizers {})", self.finalizers.join(", ")),
+            (true, false) => write!(
+                f,
+                " (Terminating, held by finalizers {})",
+                self.finalizers.join(", ")
+            ),
             (true, true) => write!(f, " (Terminating)"),
             (false, _) => write!(f, " (not deleted)"),
         }
@@ -370,7 +374,14 @@ impl GcPlan {
     /// gc plans again right before it acts: the plan made now, when it
     /// deletes nothing and retires nothing `self` (the plan shown) did not.
     pub async fn again(&self, client: &Client, roots: &GcRoots) -> Result<GcPlan> {
-        let now = plan(client, &self.cluster, self.retention.clone(), roots, Utc::now()).await?;
+        let now = plan(
+            client,
+            &self.cluster,
+            self.retention.clone(),
+            roots,
+            Utc::now(),
+        )
+        .await?;
         let confirmed = self.destructive();
         let unconfirmed: Vec<String> = now
             .destructive()

@@ -39,7 +39,10 @@ async fn a_stale_plan_is_made_again_and_refused_when_it_would_delete_more() {
             && message.contains("nothing was changed"),
         "{message}"
     );
-    assert!(kit.get("v1", "ConfigMap", "b").await.is_some(), "not deleted");
+    assert!(
+        kit.get("v1", "ConfigMap", "b").await.is_some(),
+        "not deleted"
+    );
     assert_eq!(kit.records().await.len(), 2, "no record written");
 
     // Asked to re-plan, with nothing moved: the same plan runs.

@@ -90,7 +90,12 @@ async fn local_engine_flags_do_not_shape_the_operator_plan() {
     let _op = start(&env, dir.path()).await;
     let both = format!("{}{}", configmap("a", "one"), configmap("b", "one"));
     let v1 = tree(dir.path(), &env.cluster, &env.namespace, &both);
-    let v2 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("a", "one"));
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "one"),
+    );
     let out = deploy_operator(&env.cluster, &v1);
     assert!(out.status.success(), "{}", text(&out));
 
@@ -132,7 +137,12 @@ async fn an_unconfirmed_destructive_action_changes_nothing_and_the_applied_recor
     let _op = start(&env, dir.path()).await;
     let both = format!("{}{}", configmap("a", "one"), configmap("b", "one"));
     let v1 = tree(dir.path(), &env.cluster, &env.namespace, &both);
-    let v2 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("a", "two"));
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "two"),
+    );
     let out = deploy_operator(&env.cluster, &v1);
     assert!(out.status.success(), "{}", text(&out));
     let plan = saved_plan(&env.cluster, &v2, &dir.path().join("v2.json"));
@@ -147,8 +157,15 @@ async fn an_unconfirmed_destructive_action_changes_nothing_and_the_applied_recor
         "{message}"
     );
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
-    assert_eq!(cm_value(&cms, "a").await.as_deref(), Some("one"), "not applied");
-    assert!(cms.get_opt("b").await.expect("get").is_some(), "not deleted");
+    assert_eq!(
+        cm_value(&cms, "a").await.as_deref(),
+        Some("one"),
+        "not applied"
+    );
+    assert!(
+        cms.get_opt("b").await.expect("get").is_some(),
+        "not deleted"
+    );
 
     // Record 1 is still current and still kept applied.
     let out = kix(&["status", &env.cluster, "--operator"]);
@@ -176,7 +193,12 @@ async fn rollback_through_the_operator_plans_and_needs_accept_migrations() {
     let dir = tempfile::tempdir().expect("tmp");
     let _op = start(&env, dir.path()).await;
     let extra = kix_testkit::unique_name("seal-extra-ns");
-    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("settings", "v1"));
+    let v1 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("settings", "v1"),
+    );
     let v2 = tree(
         dir.path(),
         &env.cluster,
@@ -203,7 +225,11 @@ async fn rollback_through_the_operator_plans_and_needs_accept_migrations() {
     // without --accept-migrations, before anything changes.
     let out = kix(&["rollback", &env.cluster, "--operator", "--yes"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(stdout(&out).contains(&extra), "the plan is shown: {}", text(&out));
+    assert!(
+        stdout(&out).contains(&extra),
+        "the plan is shown: {}",
+        text(&out)
+    );
     assert!(
         stderr(&out).contains("--accept-migrations"),
         "{}",
@@ -254,7 +280,12 @@ async fn status_reads_the_active_record_and_shows_a_newer_pending_one() {
     let env = TestEnv::new("seal-status").await.expect("env");
     let dir = tempfile::tempdir().expect("tmp");
     let mut op = start(&env, dir.path()).await;
-    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("a", "one"));
+    let v1 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "one"),
+    );
     let out = deploy_operator(&env.cluster, &v1);
     assert!(out.status.success(), "{}", text(&out));
     op.kill();
@@ -279,8 +310,18 @@ async fn a_rollback_to_a_missing_build_or_a_failed_build_leaves_the_cluster_prot
     let env = TestEnv::new("seal-missing").await.expect("env");
     let dir = tempfile::tempdir().expect("tmp");
     let _op = start(&env, dir.path()).await;
-    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("a", "v1"));
-    let v2 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("a", "v2"));
+    let v1 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "v1"),
+    );
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "v2"),
+    );
     for root in [&v1, &v2] {
         let out = deploy_operator(&env.cluster, root);
         assert!(out.status.success(), "{}", text(&out));
@@ -299,7 +340,8 @@ async fn a_rollback_to_a_missing_build_or_a_failed_build_leaves_the_cluster_prot
     let out = kix(&["rollback", &env.cluster, "--operator", "--yes"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
-        stderr(&out).contains("no longer in the Nix store") && stderr(&out).contains("nothing was changed"),
+        stderr(&out).contains("no longer in the Nix store")
+            && stderr(&out).contains("nothing was changed"),
         "{}",
         text(&out)
     );
@@ -338,8 +380,18 @@ async fn rollback_through_the_operator_over_local_records_writes_an_operator_rec
     let env = TestEnv::new("seal-local").await.expect("env");
     let dir = tempfile::tempdir().expect("tmp");
     let _op = start(&env, dir.path()).await;
-    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("a", "v1"));
-    let v2 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("a", "v2"));
+    let v1 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "v1"),
+    );
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "v2"),
+    );
     for root in [&v1, &v2] {
         let out = kix(&["deploy", &env.cluster, "--path", path_arg(root), "--yes"]);
         assert!(out.status.success(), "{}", text(&out));
@@ -350,7 +402,10 @@ async fn rollback_through_the_operator_over_local_records_writes_an_operator_rec
     assert!(out.status.success(), "{}", text(&out));
     let second = record(&env, 2).await.expect("record 2");
     let third = record(&env, 3).await.expect("record 3");
-    assert_eq!(second.spec, second_before.spec, "the local record is not rewritten");
+    assert_eq!(
+        second.spec, second_before.spec,
+        "the local record is not rewritten"
+    );
     assert_eq!(second.phase(), Some(Phase::Superseded));
     assert_eq!(third.spec.engine, Engine::Operator);
     assert_eq!(third.phase(), Some(Phase::Active));
@@ -370,7 +425,12 @@ async fn gc_reports_deleted_only_when_the_objects_are_gone() {
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
     let both = format!("{}{}", configmap("keep", "one"), configmap("held", "one"));
     let v1 = tree(dir.path(), &env.cluster, &env.namespace, &both);
-    let v2 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("keep", "two"));
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("keep", "two"),
+    );
     let out = deploy_operator(&env.cluster, &v1);
     assert!(out.status.success(), "{}", text(&out));
     let hold = serde_json::json!({"metadata": {"finalizers": ["kix.test/hold"]}});
@@ -413,7 +473,12 @@ async fn gc_through_the_operator_releases_the_objects_of_local_records() {
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
     let both = format!("{}{}", configmap("keep", "one"), configmap("old", "one"));
     let v1 = tree(dir.path(), &env.cluster, &env.namespace, &both);
-    let v2 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("keep", "two"));
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("keep", "two"),
+    );
     let out = kix(&["deploy", &env.cluster, "--path", path_arg(&v1), "--yes"]);
     assert!(out.status.success(), "{}", text(&out));
     let out = kix(&[
@@ -425,7 +490,10 @@ async fn gc_through_the_operator_releases_the_objects_of_local_records() {
         "--prune=false",
     ]);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(cms.get_opt("old").await.expect("get").is_some(), "not pruned");
+    assert!(
+        cms.get_opt("old").await.expect("get").is_some(),
+        "not pruned"
+    );
 
     let out = kix_env(
         &["gc", &env.cluster, "--operator", "--keep", "0", "--yes"],
@@ -449,10 +517,17 @@ async fn the_cli_shows_why_the_operator_cannot_proceed() {
     let env = TestEnv::new("seal-lease").await.expect("env");
     let dir = tempfile::tempdir().expect("tmp");
     let _op = start(&env, dir.path()).await;
-    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("a", "one"));
+    let v1 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "one"),
+    );
     // Someone else holds the cluster's deploy Lease.
     let lease = kix_engine::lease::lease_name(&env.cluster);
-    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+    let now = chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string();
     let file = dir.path().join("lease.json");
     std::fs::write(
         &file,
@@ -498,7 +573,12 @@ async fn a_saved_plan_runs_only_while_it_is_what_a_deploy_would_do() {
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
     let both = format!("{}{}", configmap("a", "one"), configmap("b", "one"));
     let v1 = tree(dir.path(), &env.cluster, &env.namespace, &both);
-    let v2 = tree(dir.path(), &env.cluster, &env.namespace, &configmap("a", "two"));
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "two"),
+    );
     let file = |n: &str| dir.path().join(n);
     let arg = |p: &Path| p.to_str().expect("utf8").to_string();
 
@@ -509,13 +589,20 @@ async fn a_saved_plan_runs_only_while_it_is_what_a_deploy_would_do() {
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(cm_value(&cms, "a").await.as_deref(), Some("one"));
     assert_eq!(
-        record(&env, 1).await.expect("record").spec.receipt.plan_digest,
+        record(&env, 1)
+            .await
+            .expect("record")
+            .spec
+            .receipt
+            .plan_digest,
         saved["digest"].as_str().expect("digest")
     );
 
     // Saved: update a, delete b. Then b goes out of band: the plan moved.
     saved_plan(&env.cluster, &v2, &file("p2.json"));
-    cms.delete("b", &Default::default()).await.expect("delete b");
+    cms.delete("b", &Default::default())
+        .await
+        .expect("delete b");
     let out = kix(&["deploy", &env.cluster, "--plan", &arg(&file("p2.json"))]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
@@ -524,13 +611,26 @@ async fn a_saved_plan_runs_only_while_it_is_what_a_deploy_would_do() {
         "{}",
         text(&out)
     );
-    assert_eq!(cm_value(&cms, "a").await.as_deref(), Some("one"), "unchanged");
+    assert_eq!(
+        cm_value(&cms, "a").await.as_deref(),
+        Some("one"),
+        "unchanged"
+    );
     assert!(record(&env, 2).await.is_none(), "no record written");
 
     // A plan for another Kix cluster is refused.
-    let out = kix(&["deploy", "another-cluster", "--plan", &arg(&file("p2.json"))]);
+    let out = kix(&[
+        "deploy",
+        "another-cluster",
+        "--plan",
+        &arg(&file("p2.json")),
+    ]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(stderr(&out).contains("is a plan of Kix cluster"), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("is a plan of Kix cluster"),
+        "{}",
+        text(&out)
+    );
 
     // Planned again, run through the operator.
     let saved = saved_plan(&env.cluster, &v2, &file("p3.json"));
@@ -574,10 +674,16 @@ async fn a_bad_saved_plan_is_refused_naming_the_file() {
     for (name, content, expected) in cases {
         let file = dir.path().join(name);
         std::fs::write(&file, content).expect("write");
-        let out = kix(&["deploy", &env.cluster, "--plan", file.to_str().expect("utf8")]);
+        let out = kix(&[
+            "deploy",
+            &env.cluster,
+            "--plan",
+            file.to_str().expect("utf8"),
+        ]);
         assert_eq!(out.status.code(), Some(1), "{name}: {}", text(&out));
         assert!(
-            stderr(&out).contains(expected) && (stderr(&out).contains(name) || expected.contains("Nix store")),
+            stderr(&out).contains(expected)
+                && (stderr(&out).contains(name) || expected.contains("Nix store")),
             "{name}: {}",
             text(&out)
         );

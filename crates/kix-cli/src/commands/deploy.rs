@@ -119,10 +119,18 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
     };
     let (path, build) = match &saved {
         Some(saved) => {
-            super::rollback::read_store_build("the build the plan names", &saved.store_path, &args.cluster)
+            super::rollback::read_store_build(
+                "the build the plan names",
+                &saved.store_path,
+                &args.cluster,
+            )
+            .await?
+        }
+        None => {
+            args.source
+                .build_and_read(&args.cluster, global, &[])
                 .await?
         }
-        None => args.source.build_and_read(&args.cluster, global, &[]).await?,
     };
     let client = crate::kube_client::client(global, build.settings.context.as_deref()).await?;
     // Operator mode shows the operator's plan: its engine settings, not the

@@ -258,7 +258,9 @@ async fn gc_with_operator(client: &kube::Client, plan: &GcPlan) -> anyhow::Resul
             let report = kix_engine::retire::release_objects(client, &record, &retiring).await?;
             if !report.failed.is_empty() {
                 for (object, reason) in &report.failed {
-                    eprintln!("error: {name} (written by the local engine): cannot release {object}: {reason}");
+                    eprintln!(
+                        "error: {name} (written by the local engine): cannot release {object}: {reason}"
+                    );
                 }
                 failed.insert(name.clone());
                 continue;

@@ -127,10 +127,7 @@ pub async fn wait_for_operator(client: &Client, name: &str) -> anyhow::Result<Ph
             bail!(
                 "timed out after {}s waiting for the operator to finish {name} (it is {phase}{}); the operator keeps working on it",
                 WAIT_FOR.as_secs(),
-                status
-                    .message
-                    .map(|m| format!(": {m}"))
-                    .unwrap_or_default()
+                status.message.map(|m| format!(": {m}")).unwrap_or_default()
             );
         }
         tokio::time::sleep(POLL_EVERY).await;

@@ -71,8 +71,13 @@ pub async fn exec(args: PlanArgs, global: &GlobalArgs) -> anyhow::Result<ExitCod
     if let Some(file) = &args.out {
         let mut text = serde_json::to_string_pretty(&plan)?;
         text.push('\n');
-        std::fs::write(file, text).with_context(|| format!("writing the plan to {}", file.display()))?;
-        eprintln!("plan written to {} (digest {})", file.display(), plan.digest);
+        std::fs::write(file, text)
+            .with_context(|| format!("writing the plan to {}", file.display()))?;
+        eprintln!(
+            "plan written to {} (digest {})",
+            file.display(),
+            plan.digest
+        );
     }
     if args.exit_code && plan.has_changes() {
         return Ok(ExitCode::from(3));

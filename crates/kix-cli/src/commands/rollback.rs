@@ -118,8 +118,7 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
             ..PlanOptions::default()
         }
     };
-    let plan =
-        kix_engine::plan::plan(&client, &build, store_path.as_str(), &plan_options).await?;
+    let plan = kix_engine::plan::plan(&client, &build, store_path.as_str(), &plan_options).await?;
     // JSON: one document at the end, the plan in it.
     let plan_json = match args.output {
         OutputFormat::Text => {
