@@ -553,6 +553,8 @@ async fn the_cli_shows_why_the_operator_cannot_proceed() {
         },
     )
     .await;
+    // Held for more than two of the CLI's 2 s polls, so it sees the reason.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     env.kubectl(&["delete", "lease", &lease, "-n", &env.namespace])
         .expect("release");
     let out = deploy.wait_with_output().expect("deploy");
