@@ -89,12 +89,63 @@ pub struct Receipt {
     /// The plan's counts by action.
     #[serde(default)]
     pub counts: Counts,
-    /// Migrations, replaces and adoptions the user accepted.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub accepted_migrations: Vec<String>,
+    /// The destructive actions of the confirmed plan. An executor that
+    /// re-plans and finds one not accepted here changes nothing.
+    #[serde(default, skip_serializing_if = "Accepted::is_empty")]
+    pub accepted: Accepted,
     /// For a rollback: the activation whose build this one restored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_from: Option<String>,
+}
+
+/// The destructive actions a user accepted with a plan: what an executor may
+/// do beyond creating and updating. Its size is bounded whatever the object
+/// count: a digest and counts per kind of consent, and the actions themselves
+/// only when there are at most [`Accepted::MAX_LISTED`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::k8s_formats)]
+pub struct Accepted {
+    /// Digest of the sorted destructive actions (`sha256` hex); empty when
+    /// there are none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub digest: String,
+    /// Objects deleted (pruned).
+    #[serde(default)]
+    pub deletions: u32,
+    /// Objects deleted and created again (immutable fields, migrations).
+    #[serde(default)]
+    pub replaces: u32,
+    /// Existing objects kix takes over.
+    #[serde(default)]
+    pub adoptions: u32,
+    /// Package migrations crossed.
+    #[serde(default)]
+    pub migrations: u32,
+    /// The actions (`delete ConfigMap ns/name`, `replace …`, `adopt …`,
+    /// `migration …`), when there are at most [`Accepted::MAX_LISTED`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<String>,
+}
+
+impl Accepted {
+    /// The most actions a record lists; beyond it only digest and counts.
+    pub const MAX_LISTED: usize = 100;
+
+    /// How many destructive actions were accepted.
+    pub fn total(&self) -> u32 {
+        self.deletions + self.replaces + self.adoptions + self.migrations
+    }
+
+    /// Nothing destructive was accepted.
+    pub fn is_empty(&self) -> bool {
+        self.total() == 0 && self.digest.is_empty()
+    }
+
+    /// Every accepted action is listed (not only digest and counts).
+    pub fn is_listed(&self) -> bool {
+        self.actions.len() as u64 == u64::from(self.total())
+    }
 }
 
 /// A plan's object counts by action.
@@ -414,7 +465,7 @@ mod tests {
                     create: 3,
                     ..Counts::default()
                 },
-                accepted_migrations: vec![],
+                accepted: Accepted::default(),
                 rollback_from: None,
             },
             engine: Engine::Operator,
@@ -615,7 +666,7 @@ mod tests {
         }))
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(receipt.counts, Counts::default());
-        assert!(receipt.accepted_migrations.is_empty());
+        assert!(receipt.accepted.is_empty());
         assert_eq!(receipt.rollback_from, None);
         assert_eq!(
             receipt.time.to_rfc3339(),

@@ -638,6 +638,7 @@ mod tests {
             kinds: vec![],
             migrations: vec![],
             desired: vec![],
+            options: Default::default(),
         }
     }
 

@@ -99,6 +99,12 @@ pub struct DeployOptions {
     /// Apply as this existing record instead of creating one (the operator
     /// acting on a record the CLI wrote).
     pub record: Option<String>,
+    /// Re-plan against the live state once the Lease is held, and run that
+    /// plan if its destructive actions are the confirmed plan's (or fewer).
+    /// Set when time passed since planning (an interactive confirmation, a
+    /// saved plan); the plan is re-made anyway when another deploy recorded
+    /// an activation since.
+    pub replan: bool,
 }
 
 impl Default for DeployOptions {
@@ -126,6 +132,7 @@ impl Default for DeployOptions {
             lease: LeaseOptions::default(),
             events: None,
             record: None,
+            replan: false,
         }
     }
 }
@@ -250,25 +257,11 @@ pub async fn deploy(
     options: &DeployOptions,
 ) -> Result<DeployOutcome> {
     check_plan(&plan, build, options)?;
-    if !plan.has_changes()
-        && plan.current_path.as_deref() == Some(plan.store_path.as_str())
-        && plan.current_phase == Some(Phase::Active)
-        && (options.record.is_none() || options.record == plan.current_activation)
-    {
-        let name = plan.current_activation.clone();
-        return Ok(DeployOutcome {
-            message: format!(
-                "nothing to do: {} is current and up to date",
-                name.as_deref().unwrap_or("?")
-            ),
-            activation: name,
-            phase: Phase::Active,
-            applied: 0,
-            pruned: 0,
-            failed: 0,
-            no_op: true,
-            rolled_back_to: None,
-        });
+    // A plan made before another deploy recorded an activation is stale:
+    // neither its "nothing to do" nor its actions are trusted.
+    let moved = records_moved(client, &plan, options).await?;
+    if !moved && let Some(outcome) = no_op(&plan, options) {
+        return Ok(outcome);
     }
     // Before any change: the build's GC root can be written (a user without
     // a roots directory of their own is told what to do).
@@ -282,9 +275,17 @@ pub async fn deploy(
         options.lease.clone(),
     )
     .await?;
-    let result = run(client, build, &plan, options, &lease).await;
+    let result = match resealed(client, build, plan, options, moved).await {
+        Ok(plan) => match no_op(&plan, options) {
+            Some(outcome) => Ok((outcome, plan)),
+            None => run(client, build, &plan, options, &lease)
+                .await
+                .map(|outcome| (outcome, plan)),
+        },
+        Err(err) => Err(err),
+    };
     lease.release().await;
-    let outcome = result?;
+    let (outcome, plan) = result?;
     if outcome.phase == Phase::Failed
         && options.on_error == OnError::Rollback
         && let Some((prev_name, prev_path)) =
@@ -295,6 +296,7 @@ pub async fn deploy(
             client,
             &prev_path,
             outcome.activation.clone(),
+            &undo_consent(&plan, options),
             options,
         ))
         .await?;
@@ -305,6 +307,64 @@ pub async fn deploy(
         });
     }
     Ok(outcome)
+}
+
+/// The outcome of a plan with nothing to do: the build is current, Active,
+/// and nothing drifted.
+fn no_op(plan: &Plan, options: &DeployOptions) -> Option<DeployOutcome> {
+    let current = !plan.has_changes()
+        && plan.current_path.as_deref() == Some(plan.store_path.as_str())
+        && plan.current_phase == Some(Phase::Active)
+        && (options.record.is_none() || options.record == plan.current_activation);
+    current.then(|| DeployOutcome {
+        message: format!(
+            "nothing to do: {} is current and up to date",
+            plan.current_activation.as_deref().unwrap_or("?")
+        ),
+        activation: plan.current_activation.clone(),
+        phase: Phase::Active,
+        applied: 0,
+        pruned: 0,
+        failed: 0,
+        no_op: true,
+        rolled_back_to: None,
+    })
+}
+
+/// Whether another deploy recorded an activation of the cluster since `plan`
+/// was made (its current record or its next name changed). The operator
+/// acts on an existing record it has just planned for: never.
+async fn records_moved(client: &Client, plan: &Plan, options: &DeployOptions) -> Result<bool> {
+    if options.record.is_some() {
+        return Ok(false);
+    }
+    let all = records::list_all(client).await?;
+    let current = records::current(&all, &plan.cluster).and_then(|c| c.metadata.name.clone());
+    let next = Activation::name_for(&plan.cluster, records::next_sequence(&all, &plan.cluster));
+    Ok(current != plan.current_activation || next != plan.activation)
+}
+
+/// The plan to run, decided while holding the Lease: `plan` itself, or a
+/// re-plan against the live state when time passed since it was made
+/// (`options.replan`) or the records `moved`. A re-plan with a destructive
+/// action the confirmed plan did not have changes nothing.
+async fn resealed(
+    client: &Client,
+    build: &Build,
+    plan: Plan,
+    options: &DeployOptions,
+    moved: bool,
+) -> Result<Plan> {
+    if !options.replan && !moved {
+        return Ok(plan);
+    }
+    let confirmed = crate::seal::Destructive::of(&plan).accepted();
+    let mut plan_options = plan.options.clone();
+    plan_options.activation = options.record.clone();
+    let replanned = crate::plan::plan(client, build, &plan.store_path, &plan_options).await?;
+    crate::seal::check(&confirmed, &crate::seal::Destructive::of(&replanned))?;
+    check_plan(&replanned, build, options)?;
+    Ok(replanned)
 }
 
 /// The newest record of `cluster` other than `except` whose build was applied
@@ -325,12 +385,28 @@ async fn last_applied(
         .map(|r| (r.name_any(), r.spec.source.path.clone())))
 }
 
+/// What `--on-error rollback` consents to for the failed deploy of `failed`:
+/// deleting the objects it created; with `--accept-migrations`, also the
+/// replaces, adoptions and migrations the rollback's plan holds.
+fn undo_consent(failed: &Plan, options: &DeployOptions) -> crate::seal::Consented {
+    crate::seal::Consented {
+        deletions: failed
+            .objects()
+            .filter(|o| o.action == Action::Create)
+            .map(|o| o.key.clone())
+            .collect(),
+        others: options.accept_migrations,
+    }
+}
+
 /// Re-applies the build at `store_path` as a new activation whose receipt
-/// names `failed` as the rollback origin.
+/// names `failed` as the rollback origin. Its plan's destructive actions must
+/// be within `consent`; otherwise nothing changes.
 pub async fn rollback_to(
     client: &Client,
     store_path: &str,
     from: Option<String>,
+    consent: &crate::seal::Consented,
     options: &DeployOptions,
 ) -> Result<DeployOutcome> {
     let build = kix_manifest::read_tree(
@@ -356,6 +432,8 @@ pub async fn rollback_to(
         },
     )
     .await?;
+    consent.check(&plan)?;
+    options.replan = false;
     Box::pin(deploy(client, &build, plan, &options)).await
 }
 
@@ -383,11 +461,7 @@ pub fn activation_spec(plan: &Plan, options: &DeployOptions) -> ActivationSpec {
                 replace: counts.replace,
                 adopt: counts.adopt,
             },
-            accepted_migrations: if options.accept_migrations {
-                plan.needs_acceptance()
-            } else {
-                vec![]
-            },
+            accepted: crate::seal::Destructive::of(plan).accepted(),
             rollback_from: options.receipt.rollback_from.clone(),
         },
         engine: options.engine,
@@ -445,6 +519,8 @@ async fn run(
     }
     let mut status = record.status.clone().unwrap_or_default();
     status.phase = Some(Phase::Applying);
+    // A reason it had to wait (the operator's) no longer holds.
+    status.message = None;
     status.kinds = plan.kinds.clone();
     status.objects = Some(build.object_count() as u32);
     status.progress = Some(Progress {

@@ -55,6 +55,8 @@ pub enum EngineError {
     },
     #[error(transparent)]
     Nix(#[from] kix_nix::NixError),
+    #[error("{0}")]
+    Unconfirmed(#[from] crate::seal::Unconfirmed),
     #[error("waiting: {0}")]
     Wait(String),
     #[error("{0}")]

@@ -332,6 +332,95 @@ impl GcPlan {
     }
 }
 
+/// An object gc deleted (or a finalizer was to delete) that still exists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Remaining {
+    pub object: ObjectRef,
+    /// The records it names (the retired ones it belonged to among them).
+    pub activations: Vec<String>,
+    /// Its finalizers: what holds it.
+    pub finalizers: Vec<String>,
+    /// It has a deletionTimestamp (Terminating).
+    pub deleting: bool,
+}
+
+impl fmt::Display for Remaining {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.object)?;
+        match (self.deleting, self.finalizers.is_empty()) {
+            (true, false) => write!(
+                f,
+                " (Terminating, held by finalizers {})",
+                self.finalizers.join(", ")
+            ),
+            (true, true) => write!(f, " (Terminating)"),
+            (false, _) => write!(f, " (not deleted)"),
+        }
+    }
+}
+
+impl GcPlan {
+    /// The objects this plan deletes, and the records it retires.
+    fn destructive(&self) -> BTreeSet<String> {
+        self.objects
+            .iter()
+            .filter(|o| o.action == GcAction::Delete)
+            .map(|o| format!("delete {}", o.object))
+            .chain(self.retired.iter().map(|r| format!("retire {}", r.name)))
+            .collect()
+    }
+
+    /// gc plans again right before it acts: the plan made now, when it
+    /// deletes nothing and retires nothing `self` (the plan shown) did not.
+    pub async fn again(&self, client: &Client, roots: &GcRoots) -> Result<GcPlan> {
+        let now = plan(
+            client,
+            &self.cluster,
+            self.retention.clone(),
+            roots,
+            Utc::now(),
+        )
+        .await?;
+        let confirmed = self.destructive();
+        let unconfirmed: Vec<String> = now
+            .destructive()
+            .into_iter()
+            .filter(|a| !confirmed.contains(a))
+            .collect();
+        if unconfirmed.is_empty() {
+            Ok(now)
+        } else {
+            Err(crate::seal::Unconfirmed {
+                actions: unconfirmed,
+                note: Some("the live state moved since gc planned".into()),
+            }
+            .into())
+        }
+    }
+
+    /// The objects `self` deletes that still exist: a record is gone only
+    /// when these are. Reads one object each.
+    pub async fn remaining(&self, client: &Client) -> Result<Vec<Remaining>> {
+        let mut out = Vec::new();
+        for o in self.objects.iter().filter(|o| o.action == GcAction::Delete) {
+            let api: Api<DynamicObject> = match &o.object.namespace {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &o.resource),
+                None => Api::all_with(client.clone(), &o.resource),
+            };
+            if let Some(live) = api.get_opt(&o.object.name).await? {
+                out.push(Remaining {
+                    object: o.object.clone(),
+                    activations: o.activations.clone(),
+                    finalizers: live.finalizers().to_vec(),
+                    deleting: live.metadata.deletion_timestamp.is_some(),
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// Works out what gc does for `cluster` under `retention`. Reads only.
 pub async fn plan(
     client: &Client,
@@ -591,7 +680,10 @@ pub async fn execute(
         LeaseOptions::default(),
     )
     .await?;
-    let result = execute_held(client, plan, roots).await;
+    let result = match plan.again(client, roots).await {
+        Ok(now) => execute_held(client, &now, roots).await,
+        Err(err) => Err(err),
+    };
     lease.release().await;
     result
 }
@@ -754,7 +846,7 @@ mod tests {
                     time: now - chrono::Duration::days(days_ago),
                     plan_digest: String::new(),
                     counts: Counts::default(),
-                    accepted_migrations: vec![],
+                    accepted: Default::default(),
                     rollback_from: None,
                 },
                 engine: Engine::Local,

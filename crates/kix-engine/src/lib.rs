@@ -26,6 +26,7 @@ pub mod prune;
 pub mod records;
 pub mod resources;
 pub mod retire;
+pub mod seal;
 pub mod status;
 pub mod wait;
 

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use futures::{StreamExt, stream};
 use kix_api::Activation;
-use kix_manifest::{Build, ObjectKey, canonical_digest};
+use kix_manifest::{Build, ObjectKey};
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde::Serialize;
@@ -126,7 +126,8 @@ pub struct Plan {
     /// Objects the build no longer has (delete, or keep with the reason).
     pub prune: Vec<PlannedObject>,
     pub counts: Counts,
-    /// Digest of the plan's actions, recorded in the receipt.
+    /// Digest of every action of the plan ([`crate::seal::digest`]),
+    /// recorded in the receipt.
     pub digest: String,
     /// Kinds (apiVersion/Kind) of the build, recorded in the Activation so a
     /// later prune knows which kinds to list.
@@ -136,6 +137,8 @@ pub struct Plan {
     pub migrations: Vec<crate::migrations::PlannedMigration>,
     #[serde(skip)]
     pub desired: Vec<Desired>,
+    /// The options it was planned with: an executor re-plans with them.
+    pub options: PlanOptions,
 }
 
 impl Plan {
@@ -222,7 +225,8 @@ impl PlannedObject {
     }
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct PlanOptions {
     /// Compare every object with its live state instead of trusting digests.
     pub reconcile: bool,
@@ -235,6 +239,7 @@ pub struct PlanOptions {
     pub prune: bool,
     /// The record the apply writes (the operator's existing record); default:
     /// the cluster's next `<cluster>-<n>`.
+    #[serde(skip)]
     pub activation: Option<String>,
 }
 
@@ -523,15 +528,7 @@ pub async fn plan(
             Action::Keep => counts.keep += 1,
         }
     }
-    let digest = canonical_digest(
-        &if migrations.is_empty() {
-            serde_json::to_value((&packages, &prune))
-        } else {
-            serde_json::to_value((&packages, &prune, &migrations))
-        }
-        .unwrap_or(Value::Null),
-    );
-    Ok(Plan {
+    let mut plan = Plan {
         cluster,
         store_path: store_path.to_string(),
         current_activation: current.and_then(|c| c.metadata.name.clone()),
@@ -542,11 +539,14 @@ pub async fn plan(
         packages,
         prune,
         counts,
-        digest,
+        digest: String::new(),
         kinds,
         migrations,
         desired,
-    })
+        options: options.clone(),
+    };
+    plan.digest = crate::seal::digest(&plan);
+    Ok(plan)
 }
 
 /// CRDs, Namespaces and PVCs take data or other objects with them.

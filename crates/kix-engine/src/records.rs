@@ -39,6 +39,16 @@ pub fn current<'a>(records: &'a [Activation], cluster: &str) -> Option<&'a Activ
         .find(|r| !matches!(r.phase(), Some(Phase::Superseded | Phase::Failed)))
 }
 
+/// The cluster's applied activation: the newest record that is Active or
+/// Degraded, the one whose build is live. A newer record still Pending or
+/// Applying is not it yet.
+pub fn applied<'a>(records: &'a [Activation], cluster: &str) -> Option<&'a Activation> {
+    of_cluster(records, cluster)
+        .into_iter()
+        .rev()
+        .find(|r| r.phase().is_some_and(Phase::is_applied))
+}
+
 /// The next free sequence number of a cluster.
 pub fn next_sequence(records: &[Activation], cluster: &str) -> u64 {
     of_cluster(records, cluster)

@@ -207,7 +207,8 @@ pub struct Status {
     pub cluster: String,
     pub current: Option<RecordSummary>,
     /// The newest record, when it is not the current one (a deploy that
-    /// failed or is still running).
+    /// failed, or one still Pending or Applying: the current record is the
+    /// applied one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latest: Option<RecordSummary>,
     pub build: BuildState,
@@ -224,7 +225,7 @@ const LIST_CONCURRENCY: usize = 8;
 pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
     let all = records::list_all_required(client).await?;
     let mine = records::of_cluster(&all, cluster);
-    let current = records::current(&all, cluster);
+    let current = records::applied(&all, cluster);
     let latest = mine
         .last()
         .filter(|r| Some(r.name_any()) != current.map(|c| c.name_any()))

@@ -199,7 +199,7 @@ async fn rollback_after_an_interrupted_deploy_restores_the_last_good_build() {
             time: chrono::Utc::now(),
             plan_digest: String::new(),
             counts: Default::default(),
-            accepted_migrations: vec![],
+            accepted: Default::default(),
             rollback_from: None,
         },
         engine: kix_api::Engine::Local,

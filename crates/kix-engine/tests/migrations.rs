@@ -335,11 +335,12 @@ async fn statefulset_selector_change_is_refused_then_recreated() {
         record
             .spec
             .receipt
-            .accepted_migrations
+            .accepted
+            .actions
             .iter()
-            .any(|m| m.contains("spec.selector.matchLabels.app")),
+            .any(|m| m.starts_with("replace StatefulSet") && m.ends_with("/db")),
         "{:?}",
-        record.spec.receipt.accepted_migrations
+        record.spec.receipt.accepted
     );
     let pi = instance(&kit, "db").await.expect("record");
     assert_eq!(pi.spec.version, "1.0.1");
@@ -731,7 +732,8 @@ async fn a_version_jump_crosses_two_migrations_in_order() {
         record
             .spec
             .receipt
-            .accepted_migrations
+            .accepted
+            .actions
             .iter()
             .any(|m| m.starts_with("migration db 2.0.0 -> 3.0.0")),
         "{:?}",

@@ -173,7 +173,8 @@ async fn immutable_field_plans_a_replace_naming_the_field() {
         record
             .spec
             .receipt
-            .accepted_migrations
+            .accepted
+            .actions
             .iter()
             .any(|m| m.contains("replace")),
         "{:?}",

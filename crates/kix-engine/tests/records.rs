@@ -240,7 +240,7 @@ async fn a_record_left_applying_is_failed_by_the_next_deploy_which_converges() {
             time: chrono::Utc::now(),
             plan_digest: String::new(),
             counts: Default::default(),
-            accepted_migrations: vec![],
+            accepted: Default::default(),
             rollback_from: None,
         },
         engine: Engine::Local,

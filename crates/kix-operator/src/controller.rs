@@ -166,6 +166,24 @@ async fn fail(
     Ok(Action::await_change())
 }
 
+/// The record cannot proceed yet: say why on it (once per reason), so the
+/// waiting CLI shows it, and try again shortly.
+async fn waiting(
+    ctx: &Context,
+    record: &Activation,
+    message: String,
+) -> Result<Action, ReconcileError> {
+    let mut status = record.status.clone().unwrap_or_default();
+    if status.message.as_deref() != Some(message.as_str()) {
+        info!("{message}");
+        status.phase = Some(record.phase_or_pending());
+        status.message = Some(message.clone());
+        kix_engine::records::set_status(&ctx.client, &record.name_any(), &status).await?;
+        event(ctx, record, EventType::Normal, "Waiting", message).await;
+    }
+    Ok(Action::requeue(Duration::from_secs(5)))
+}
+
 async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, ReconcileError> {
     let name = record.name_any();
     let cluster = record.cluster_name().to_string();
@@ -191,11 +209,6 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     if phase == Phase::Superseded || (phase == Phase::Failed && !spec_changed) {
         return Ok(Action::await_change());
     }
-    ctx.current
-        .lock()
-        .map(|mut m| m.insert(cluster.clone(), name.clone()))
-        .ok();
-
     // The store path: syntax first, then nix-store (valid, or realised from
     // the configured substituters). Nothing outside it is read or run.
     let path = match StorePath::parse(&record.spec.source.path) {
@@ -261,6 +274,23 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         activation: Some(name.clone()),
     };
     let plan = kix_engine::plan::plan(&ctx.client, &build, path.as_str(), &plan_options).await?;
+    // What the user confirmed is what happens: a destructive action the
+    // record does not accept changes nothing.
+    if fresh
+        && let Err(unconfirmed) = kix_engine::seal::check(
+            &record.spec.receipt.accepted,
+            &kix_engine::seal::Destructive::of(&plan),
+        )
+    {
+        return fail(ctx, &record, unconfirmed.to_string()).await;
+    }
+    // Only a record that passed its checks becomes the one owned objects'
+    // changes are routed to: a failed new build leaves the applied record
+    // current and reconciled.
+    ctx.current
+        .lock()
+        .map(|mut m| m.insert(cluster.clone(), name.clone()))
+        .ok();
     if !fresh && !plan.has_changes() {
         return Ok(Action::requeue(ctx.resync));
     }
@@ -296,7 +326,20 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         )
         .await;
     }
-    let outcome = kix_engine::deploy::deploy(&ctx.client, &build, plan, &options).await?;
+    let outcome = match kix_engine::deploy::deploy(&ctx.client, &build, plan, &options).await {
+        Ok(outcome) => outcome,
+        Err(kix_engine::EngineError::Lease(kix_engine::lease::LeaseError::Held {
+            holder,
+            lease,
+            ..
+        })) if matches!(phase, Phase::Pending | Phase::Applying) => {
+            let message = format!(
+                "waiting: the deploy Lease {lease} of Kix cluster {cluster:?} is held by {holder}"
+            );
+            return waiting(ctx, &record, message).await;
+        }
+        Err(err) => return Err(err.into()),
+    };
     let api: Api<Activation> = Api::all(ctx.client.clone());
     let latest = api.get(&name).await.map_err(kix_engine::EngineError::Api)?;
     let mut status = latest.status.clone().unwrap_or_default();

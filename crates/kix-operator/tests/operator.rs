@@ -2,233 +2,16 @@
 //! `kix deploy --operator` as users drive it. Each test runs its own operator
 //! that manages only the test's Kix clusters, with its own leader lease.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+mod support;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kix_api::{Activation, Phase};
 use kix_testkit::TestEnv;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-
-/// A running kix-operator, killed when dropped.
-struct Operator {
-    child: Child,
-    metrics: u16,
-    log: PathBuf,
-}
-
-impl Operator {
-    fn start(env: &TestEnv, clusters: &[&str], lease: &str, log_dir: &Path) -> Operator {
-        Operator::start_with(env, clusters, lease, log_dir, &[])
-    }
-
-    /// `start` with more arguments for the operator.
-    fn start_with(
-        env: &TestEnv,
-        clusters: &[&str],
-        lease: &str,
-        log_dir: &Path,
-        extra: &[&str],
-    ) -> Operator {
-        let metrics = free_port();
-        let log = log_dir.join(format!("operator-{metrics}.log"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kix-operator"));
-        cmd.arg("--kubeconfig")
-            .arg(kix_testkit::kubeconfig_path())
-            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
-            .args(["--leader-lease", lease, "--lease-namespace", &env.namespace])
-            .args([
-                "--leader-lease-seconds",
-                "4",
-                "--resync-interval",
-                "30s",
-                "--log-format",
-                "json",
-            ])
-            .env("KIX_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"));
-        for c in clusters {
-            cmd.args(["--cluster", c]);
-        }
-        cmd.args(extra);
-        Operator {
-            child: cmd.spawn().expect("start kix-operator"),
-            metrics,
-            log,
-        }
-    }
-
-    fn metric(&self, name: &str) -> Option<f64> {
-        let out = Command::new("curl")
-            .args(["-sf", &format!("http://127.0.0.1:{}/metrics", self.metrics)])
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "---- operator log {} ----\n{}",
-                self.log.display(),
-                self.log()
-            );
-        }
-        self.kill();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-/// A format-1 tree with one package `web` holding `yaml`, in a fresh temp dir.
-fn tree(dir: &Path, cluster: &str, namespace: &str, yaml: &str) -> PathBuf {
-    let root = dir.join(format!("tree-{}", kix_testkit::unique_name("t")));
-    std::fs::create_dir_all(root.join("packages/web/resources")).expect("mkdir");
-    std::fs::write(
-        root.join("kix.json"),
-        serde_json::json!({"format": 1, "cluster": cluster, "packages": ["web"], "settings": {}})
-            .to_string(),
-    )
-    .expect("kix.json");
-    std::fs::write(
-        root.join("packages/web/package.json"),
-        serde_json::json!({"name": "web", "version": "1", "dependsOn": [], "namespace": namespace, "migrations": []})
-            .to_string(),
-    )
-    .expect("package.json");
-    std::fs::write(root.join("packages/web/resources/objects.yaml"), yaml).expect("yaml");
-    root
-}
-
-/// The `kix` binary beside `kix-operator` (`cargo test --workspace` builds both).
-fn kix_bin() -> PathBuf {
-    let bin = Path::new(env!("CARGO_BIN_EXE_kix-operator")).with_file_name("kix");
-    assert!(
-        bin.exists(),
-        "{} is missing: build it with `cargo build -p kix-cli`",
-        bin.display()
-    );
-    bin
-}
-
-/// `kix <args>` against the test control plane, no terminal.
-fn kix_command(args: &[&str]) -> Command {
-    let mut command = Command::new(kix_bin());
-    command
-        .args(args)
-        .env("KUBECONFIG", kix_testkit::kubeconfig_path())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    command
-}
-
-fn kix(args: &[&str]) -> Output {
-    kix_command(args).output().expect("run kix")
-}
-
-/// `kix deploy <cluster> --path <root> --operator --yes`.
-fn operator_deploy_command(cluster: &str, root: &Path) -> Command {
-    let root = root.to_str().expect("utf8");
-    kix_command(&["deploy", cluster, "--path", root, "--operator", "--yes"])
-}
-
-fn deploy_operator(cluster: &str, root: &Path) -> Output {
-    operator_deploy_command(cluster, root)
-        .output()
-        .expect("run kix deploy")
-}
-
-/// The same deploy in the background.
-/// A `kix deploy --operator` started in the background; killed when
-/// dropped before it was waited for (a failed assertion must not leave it
-/// polling for ten minutes).
-struct BackgroundDeploy(Option<Child>);
-
-impl BackgroundDeploy {
-    fn wait_with_output(mut self) -> std::io::Result<Output> {
-        self.0
-            .take()
-            .expect("not waited for yet")
-            .wait_with_output()
-    }
-}
-
-impl Drop for BackgroundDeploy {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn spawn_operator_deploy(cluster: &str, root: &Path) -> BackgroundDeploy {
-    let child = operator_deploy_command(cluster, root)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn kix deploy");
-    BackgroundDeploy(Some(child))
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn configmap(name: &str, value: &str) -> String {
-    format!(
-        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{value: {value}}}\n"
-    )
-}
-
-async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while started.elapsed() < timeout {
-        if check().await {
-            return started.elapsed();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{what}: not after {timeout:?}");
-}
-
-async fn cm_value(api: &Api<ConfigMap>, name: &str) -> Option<String> {
-    api.get_opt(name)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|c| c.data?.get("value").cloned())
-}
+use support::*;
 
 #[tokio::test]
 async fn deploy_through_the_operator_then_drift_is_corrected() {
@@ -626,18 +409,6 @@ async fn least_privilege_allow_list_refuses_other_namespaces_and_kinds() {
     );
 }
 
-fn kix_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(kix_bin());
-    cmd.args(args)
-        .env("KUBECONFIG", kix_testkit::kubeconfig_path())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run kix")
-}
-
 #[tokio::test]
 async fn rollback_and_gc_through_the_operator() {
     let env = TestEnv::new("op-rollback").await.expect("env");
@@ -676,7 +447,7 @@ async fn rollback_and_gc_through_the_operator() {
         "pruned by the operator"
     );
 
-    // Rollback: the current record (2) is pointed at record 1's build.
+    // Rollback: a new operator record (3) for record 1's build.
     let out = kix(&[
         "rollback",
         &env.cluster,
@@ -692,7 +463,7 @@ async fn rollback_and_gc_through_the_operator() {
         text(&out)
     );
     let current = records
-        .get(&format!("{}-2", env.cluster))
+        .get(&format!("{}-3", env.cluster))
         .await
         .expect("record");
     let first = records
@@ -804,6 +575,15 @@ async fn objects_that_cannot_be_deleted_are_reported_and_gc_exits_1() {
         out.status.code(),
         Some(1),
         "Degraded exits 1: {}",
+        text(&out)
+    );
+    // The CLI prints the record's reasons, not only the phase.
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "not deleted: ConfigMap {}/undeletable",
+            env.namespace
+        )),
+        "{}",
         text(&out)
     );
     let second = records

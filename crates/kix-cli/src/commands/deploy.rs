@@ -44,6 +44,12 @@ pub struct DeployArgs {
     pub concurrency: usize,
     #[command(flatten)]
     pub ui: crate::tui::TuiArgs,
+    /// Run the plan saved in FILE by `kix plan --out FILE`: its build is
+    /// re-planned against the live state and deployed only when the result
+    /// is the saved plan (same digest); otherwise nothing changes and what
+    /// moved is printed. No question is asked: the saved plan was reviewed.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["flake", "path"])]
+    pub plan: Option<std::path::PathBuf>,
     /// Let the in-cluster operator apply: write the Activation record, then
     /// wait for the operator to finish it.
     #[arg(long)]
@@ -107,13 +113,50 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
-    let (path, build) = args
-        .source
-        .build_and_read(&args.cluster, global, &[])
-        .await?;
+    let saved = match &args.plan {
+        Some(file) => Some(read_saved_plan(file, &args.cluster)?),
+        None => None,
+    };
+    let (path, build) = match &saved {
+        Some(saved) => {
+            super::rollback::read_store_build(
+                "the build the plan names",
+                &saved.store_path,
+                &args.cluster,
+            )
+            .await?
+        }
+        None => {
+            args.source
+                .build_and_read(&args.cluster, global, &[])
+                .await?
+        }
+    };
     let client = crate::kube_client::client(global, build.settings.context.as_deref()).await?;
-    let plan =
-        kix_engine::plan::plan(&client, &build, path.as_str(), &args.engine.plan_options()).await?;
+    // Operator mode shows the operator's plan: its engine settings, not the
+    // local-engine flags.
+    let plan_options = if args.operator {
+        super::operator::warn_local_engine_flags();
+        super::operator::plan_options()
+    } else if let Some(saved) = &saved {
+        saved.options.clone()
+    } else {
+        args.engine.plan_options()
+    };
+    let plan = kix_engine::plan::plan(&client, &build, path.as_str(), &plan_options).await?;
+    if let (Some(saved), Some(file)) = (&saved, &args.plan) {
+        let moved = saved.moved(&plan);
+        if !moved.is_empty() {
+            for line in &moved {
+                eprintln!("  {line}");
+            }
+            anyhow::bail!(
+                "the plan in {} is no longer what a deploy would do ({} change(s) above, - saved, + now): nothing was changed; plan again",
+                file.display(),
+                moved.len()
+            );
+        }
+    }
     print_plan(&plan, args.output, false)?;
     if args.dry_run {
         return Ok(ExitCode::SUCCESS);
@@ -150,19 +193,26 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
     {
         options.lease.duration = Duration::from_secs(secs.max(1));
     }
+    // A saved plan was reviewed: it is the confirmation; the engine still
+    // plans again under the Lease before it acts.
+    let mut confirm_args = args.confirm.clone();
+    confirm_args.yes |= saved.is_some();
     if args.operator {
-        return deploy_with_operator(&client, &build, &plan, options, &args).await;
+        return deploy_with_operator(&client, &build, &plan, options, &confirm_args).await;
     }
     // Refusals first: nothing is asked or changed when the plan cannot run.
     kix_engine::deploy::check_plan(&plan, &build, &options)?;
     if plan.has_changes()
         && !confirm(
-            &args.confirm,
+            &confirm_args,
             &format!("Deploy {} to Kix cluster {}?", path, build.cluster),
         )?
     {
         return Ok(ExitCode::from(1));
     }
+    // Asked on a terminal: time passed since planning, so the engine plans
+    // again before it acts.
+    options.replan = !confirm_args.yes || saved.is_some();
     let (tx, printer) =
         progress::start_ui(&args.ui, &plan, "deploy", args.output == OutputFormat::Text);
     options.events = Some(tx);
@@ -182,6 +232,25 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The plan `kix plan --out` saved in `file`, for Kix cluster `cluster`.
+fn read_saved_plan(
+    file: &std::path::Path,
+    cluster: &str,
+) -> anyhow::Result<kix_engine::seal::SavedPlan> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("reading the plan {}", file.display()))?;
+    let saved = kix_engine::seal::SavedPlan::from_json(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    if saved.cluster != cluster {
+        anyhow::bail!(
+            "{} is a plan of Kix cluster {:?}, not {cluster:?}: nothing was changed",
+            file.display(),
+            saved.cluster
+        );
+    }
+    Ok(saved)
 }
 
 /// Asks on the terminal; refuses (exit 1) without a terminal unless `--yes`.
@@ -214,18 +283,18 @@ async fn deploy_with_operator(
     build: &kix_manifest::Build,
     plan: &kix_engine::plan::Plan,
     mut options: DeployOptions,
-    args: &DeployArgs,
+    confirm_args: &ConfirmArgs,
 ) -> anyhow::Result<ExitCode> {
     use super::operator;
-    operator::warn_local_engine_flags();
-    // Conflicts with controllers are the operator's to resolve (it applies
-    // with force); conflicts with other Kix clusters it refuses, so does this.
+    // The operator prunes; conflicts with controllers are its to resolve (it
+    // applies with force); conflicts with other Kix clusters it refuses, so does this.
     options.force_conflicts = true;
     options.yield_to_kix_clusters = true;
+    options.prune = true;
     kix_engine::deploy::check_plan(plan, build, &options)?;
     operator::require_records(client).await?;
     if !confirm(
-        &args.confirm,
+        confirm_args,
         &format!(
             "Activate {} on Kix cluster {} through the operator?",
             plan.store_path, build.cluster
@@ -242,7 +311,7 @@ async fn deploy_with_operator(
     .await?;
     let name = kube::ResourceExt::name_any(&record);
     eprintln!("recorded {name}; waiting for the operator");
-    let phase = operator::wait_for_operator(client, &name, None).await?;
+    let phase = operator::wait_for_operator(client, &name).await?;
     println!("{name}: {phase}");
     Ok(if phase == Phase::Active {
         ExitCode::SUCCESS

@@ -1,6 +1,7 @@
 //! `kix gc <CLUSTER>`: retire the activations retention no longer keeps,
 //! release the objects only they name, drop their Nix GC roots.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
@@ -108,17 +109,26 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
         return Ok(ExitCode::from(1));
     }
     if args.operator {
+        // Planned again right before the records go: nothing unconfirmed.
+        let plan = plan.again(&client, &roots).await?;
         return gc_with_operator(&client, &plan).await;
     }
     let holder = kix_engine::deploy::DeployOptions::default().holder;
     let report = kix_engine::gc::execute(&client, &plan, &roots, &format!("{holder} (gc)")).await?;
+    let remaining = wait_objects_gone(&client, &plan).await?;
     match args.output {
         OutputFormat::Json => print_stdout(&json_text(
-            &serde_json::json!({"plan": plan, "report": report}),
+            &serde_json::json!({"plan": plan, "report": report, "remaining": remaining}),
         )?)?,
-        OutputFormat::Text => print_stdout(&report_text(&report))?,
+        OutputFormat::Text => {
+            let mut text = report_text(&report);
+            for r in &remaining {
+                let _ = writeln!(text, "not gone: {r}");
+            }
+            print_stdout(&text)?
+        }
     }
-    Ok(if report.is_success() {
+    Ok(if report.is_success() && remaining.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -231,29 +241,79 @@ fn report_text(report: &GcReport) -> String {
     out
 }
 
-/// `gc --operator`: delete each retired record and wait (up to 300 s each)
-/// for the operator's finalizer to release its objects. A record that could
-/// not be deleted is an error naming what the finalizer reported.
+/// `gc --operator`: release each retired record's objects and delete it.
+/// An operator record is deleted and its finalizer (the operator) releases
+/// them; a record the local engine wrote has no finalizer, so the CLI
+/// releases its objects first with the finalizer's own code. A record is
+/// reported deleted only when it and the objects gc deletes are gone.
 async fn gc_with_operator(client: &kube::Client, plan: &GcPlan) -> anyhow::Result<ExitCode> {
-    let mut failed = Vec::new();
+    let api: kube::Api<kix_api::Activation> = kube::Api::all(client.clone());
+    let retiring: BTreeSet<String> = plan.retired.iter().map(|r| r.name.clone()).collect();
+    let mut failed = BTreeSet::new();
     for retired in &plan.retired {
         let name = &retired.name;
-        kix_engine::records::delete(client, name).await?;
-        match super::operator::wait_deleted(client, name).await {
-            Ok(()) => println!("deleted {name}"),
-            Err(err) => {
-                eprintln!("error: {err:#}");
-                failed.push(name.clone());
+        if let Some(record) = api.get_opt(name).await?
+            && !record.is_operator()
+        {
+            let report = kix_engine::retire::release_objects(client, &record, &retiring).await?;
+            if !report.failed.is_empty() {
+                for (object, reason) in &report.failed {
+                    eprintln!(
+                        "error: {name} (written by the local engine): cannot release {object}: {reason}"
+                    );
+                }
+                failed.insert(name.clone());
+                continue;
             }
+        }
+        kix_engine::records::delete(client, name).await?;
+        if let Err(err) = super::operator::wait_deleted(client, name).await {
+            eprintln!("error: {err:#}");
+            failed.insert(name.clone());
+        }
+    }
+    let remaining = wait_objects_gone(client, plan).await?;
+    for retired in &plan.retired {
+        let name = &retired.name;
+        let held: Vec<String> = remaining
+            .iter()
+            .filter(|r| r.activations.contains(name))
+            .map(|r| r.to_string())
+            .collect();
+        if !held.is_empty() {
+            eprintln!(
+                "error: {name}: the record is gone but {} object(s) it named are not: {}",
+                held.len(),
+                held.join("; ")
+            );
+            failed.insert(name.clone());
+        } else if !failed.contains(name) {
+            println!("deleted {name}");
         }
     }
     if failed.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
         anyhow::bail!(
-            "{} record(s) could not be deleted: {}",
+            "{} record(s) could not be deleted with their objects: {}",
             failed.len(),
-            failed.join(", ")
+            failed.into_iter().collect::<Vec<_>>().join(", ")
         )
+    }
+}
+
+/// Waits (up to gc's wait) until the objects `plan` deletes are gone; what
+/// is still there then, with what holds it.
+async fn wait_objects_gone(
+    client: &kube::Client,
+    plan: &GcPlan,
+) -> anyhow::Result<Vec<kix_engine::gc::Remaining>> {
+    let started = std::time::Instant::now();
+    loop {
+        let remaining = plan.remaining(client).await?;
+        if remaining.is_empty() || started.elapsed() >= super::operator::gc_wait() {
+            return Ok(remaining);
+        }
+        tokio::time::sleep(super::operator::POLL_EVERY).await;
     }
 }

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use kix_api::{Activation, ActivationSpec, Engine, Phase};
-use kix_engine::plan::Plan;
+use kix_api::{Activation, ActivationSpec, ActivationStatus, Engine, Phase};
+use kix_engine::plan::{Plan, PlanOptions};
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 
@@ -78,16 +78,24 @@ pub async fn create_record(
         .with_context(|| format!("creating Activation {}", record.name_any()))
 }
 
-/// Polls the record every 2 s until the operator settles it, printing progress
-/// as the operator reports it. Active or Degraded are returned; Failed,
-/// Superseded and the 600 s timeout are errors. `generation`: wait for the
-/// operator to have observed at least this generation (rollback changes the
-/// spec of an existing record).
-pub async fn wait_for_operator(
-    client: &Client,
-    name: &str,
-    generation: Option<i64>,
-) -> anyhow::Result<Phase> {
+/// The plan as the operator will make it: prune on, no `--reconcile`, other
+/// managers' fields taken (it applies with force) except other Kix clusters'. The local-engine flags
+/// change nothing here, as they change nothing in the operator.
+pub fn plan_options() -> PlanOptions {
+    PlanOptions {
+        reconcile: false,
+        force_conflicts: true,
+        yield_to_kix_clusters: true,
+        prune: true,
+        activation: None,
+    }
+}
+
+/// Polls the record every 2 s until the operator settles it, printing
+/// progress as the operator reports it, with the record's message (why it
+/// waits, what failed). Active or Degraded are returned, Degraded after its
+/// reasons are printed; Failed, Superseded and the 600 s timeout are errors.
+pub async fn wait_for_operator(client: &Client, name: &str) -> anyhow::Result<Phase> {
     let api: Api<Activation> = Api::all(client.clone());
     let started = Instant::now();
     let mut last = String::new();
@@ -97,39 +105,72 @@ pub async fn wait_for_operator(
             .await
             .with_context(|| format!("reading Activation {name}"))?;
         let status = record.status.clone().unwrap_or_default();
-        let observed = generation.is_none() || status.observed_generation >= generation;
         let phase = status.phase.unwrap_or(Phase::Pending);
-        let progress = status
-            .progress
-            .as_ref()
-            .map(|p| {
-                format!(
-                    " ({}/{} applied, {} healthy, {} pruned)",
-                    p.applied, p.total, p.healthy, p.pruned
-                )
-            })
-            .unwrap_or_default();
-        let line = format!("{name}: {phase}{progress}");
+        let line = progress_line(name, &status);
         if line != last {
             eprintln!("{line}");
             last = line;
         }
-        if observed {
-            match phase {
-                Phase::Active | Phase::Degraded => return Ok(phase),
-                Phase::Failed => bail!("{name} failed: {}", status.message.unwrap_or_default()),
-                Phase::Superseded => bail!("{name}: a newer activation took over"),
-                Phase::Pending | Phase::Applying => {}
+        match phase {
+            Phase::Active => return Ok(phase),
+            Phase::Degraded => {
+                print_reasons(&status);
+                return Ok(phase);
             }
+            Phase::Failed => {
+                print_reasons(&status);
+                bail!("{name} failed: {}", status.message.unwrap_or_default())
+            }
+            Phase::Superseded => bail!("{name}: a newer activation took over"),
+            Phase::Pending | Phase::Applying => {}
         }
         if started.elapsed() >= WAIT_FOR {
             bail!(
-                "timed out after {}s waiting for the operator to finish {name} (it is {phase}); the operator keeps working on it",
-                WAIT_FOR.as_secs()
+                "timed out after {}s waiting for the operator to finish {name} (it is {phase}{}); the operator keeps working on it",
+                WAIT_FOR.as_secs(),
+                status.message.map(|m| format!(": {m}")).unwrap_or_default()
             );
         }
         tokio::time::sleep(POLL_EVERY).await;
     }
+}
+
+/// `C-1: Applying (1/3 applied, 1 healthy, 0 pruned)`, or `C-1: Pending —
+/// <why it waits>` while the record's message says why.
+fn progress_line(name: &str, status: &ActivationStatus) -> String {
+    let phase = status.phase.unwrap_or(Phase::Pending);
+    let mut line = format!("{name}: {phase}");
+    if let Some(p) = &status.progress {
+        line.push_str(&format!(
+            " ({}/{} applied, {} healthy, {} pruned)",
+            p.applied, p.total, p.healthy, p.pruned
+        ));
+    }
+    // The operator says why it cannot proceed (its Ready condition's message).
+    if let (Phase::Pending | Phase::Applying, Some(message)) = (phase, &status.message) {
+        line.push_str(&format!(" — {message}"));
+    }
+    line
+}
+
+/// The reasons of a Degraded or Failed record: its message, one reason a
+/// line, and each object it could not delete.
+fn print_reasons(status: &ActivationStatus) {
+    for reason in status.message.iter().flat_map(|m| m.split("; ")) {
+        eprintln!("  reason: {reason}");
+    }
+    for failed in &status.failed_deletions {
+        eprintln!("  not deleted: {}: {}", failed.object, failed.reason);
+    }
+}
+
+/// How long gc waits for a record (and for the objects it deletes) to be
+/// gone. KIX_GC_WAIT_SECONDS shortens the wait for tests; users get 300 s.
+pub fn gc_wait() -> Duration {
+    std::env::var("KIX_GC_WAIT_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(GC_WAIT_PER_RECORD, Duration::from_secs)
 }
 
 /// Waits until the record is gone (its finalizer released its objects), up to
@@ -137,11 +178,7 @@ pub async fn wait_for_operator(
 pub async fn wait_deleted(client: &Client, name: &str) -> anyhow::Result<()> {
     let api: Api<Activation> = Api::all(client.clone());
     let started = Instant::now();
-    // KIX_GC_WAIT_SECONDS shortens the wait for tests; users get 300 s.
-    let limit = std::env::var("KIX_GC_WAIT_SECONDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(GC_WAIT_PER_RECORD, Duration::from_secs);
+    let limit = gc_wait();
     loop {
         let Some(record) = api.get_opt(name).await? else {
             return Ok(());

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Args;
 use kix_engine::plan::{Plan, PlanOptions};
 
@@ -26,6 +27,10 @@ pub struct PlanArgs {
     /// List unchanged objects too.
     #[arg(long)]
     pub show_unchanged: bool,
+    /// Also write the plan to FILE (the `--output json` document: digest,
+    /// store path and Kix cluster included) for `kix deploy --plan FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
 }
 
 /// Plan options shared by `plan` and `deploy`.
@@ -64,6 +69,17 @@ pub async fn exec(args: PlanArgs, global: &GlobalArgs) -> anyhow::Result<ExitCod
     let plan =
         kix_engine::plan::plan(&client, &build, path.as_str(), &args.engine.plan_options()).await?;
     print_plan(&plan, args.output, args.show_unchanged)?;
+    if let Some(file) = &args.out {
+        let mut text = serde_json::to_string_pretty(&plan)?;
+        text.push('\n');
+        std::fs::write(file, text)
+            .with_context(|| format!("writing the plan to {}", file.display()))?;
+        eprintln!(
+            "plan written to {} (digest {})",
+            file.display(),
+            plan.digest
+        );
+    }
     if args.exit_code && plan.has_changes() {
         return Ok(ExitCode::from(3));
     }

@@ -37,8 +37,8 @@ pub struct RollbackArgs {
     pub force_conflicts: bool,
     #[command(flatten)]
     pub ui: TuiArgs,
-    /// Let the operator apply: point the current record at the target's store
-    /// path, then wait for the operator.
+    /// Let the operator apply: plan the target's build, confirm, write a new
+    /// Activation record for it, then wait for the operator.
     #[arg(long)]
     pub operator: bool,
     /// Output format of the plan and the result.
@@ -99,54 +99,26 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
     let target_name = target.name_any();
     let path = target.spec.source.path.clone();
     if args.operator {
-        let Some(current) = current else {
-            bail!(
-                "Kix cluster {:?} has no current activation to point at {target_name}'s build",
-                args.cluster
-            );
-        };
-        return rollback_with_operator(&client, &args, current, &target_name, &path).await;
+        super::operator::warn_local_engine_flags();
+        super::operator::require_records(&client).await?;
     }
+    // Refuse before any change when the build is gone from the store (the
+    // operator would fail on it too, in both modes).
+    let (store_path, build) =
+        read_store_build(&format!("the build of {target_name}"), &path, &args.cluster).await?;
 
-    // Refuse before any change when the build is gone from the store.
-    let store_path = StorePath::parse(&path)
-        .with_context(|| format!("activation {target_name} names {path:?}"))?;
-    let check = store_path.clone();
-    let valid = tokio::task::spawn_blocking(move || kix_nix::is_valid(&check))
-        .await
-        .context("the store check failed")??;
-    if !valid {
-        bail!(
-            "the build of {target_name}, {path}, is no longer in the Nix store (garbage-collected): nothing was changed"
-        );
-    }
-    let read_path = path.clone();
-    let build = tokio::task::spawn_blocking(move || {
-        kix_manifest::read_tree(Path::new(&read_path), &kix_manifest::ReadOptions::default())
-    })
-    .await
-    .context("reading the build failed")?
-    .with_context(|| format!("reading the build of {target_name} ({path})"))?;
-    if build.cluster != args.cluster {
-        bail!(
-            "the build of {target_name} ({path}) is for Kix cluster {:?}, not {:?}",
-            build.cluster,
-            args.cluster
-        );
-    }
-
-    let plan = kix_engine::plan::plan(
-        &client,
-        &build,
-        store_path.as_str(),
-        &PlanOptions {
+    // Operator mode shows the operator's plan.
+    let plan_options = if args.operator {
+        super::operator::plan_options()
+    } else {
+        PlanOptions {
             reconcile: false,
             force_conflicts: args.force_conflicts,
             prune: true,
             ..PlanOptions::default()
-        },
-    )
-    .await?;
+        }
+    };
+    let plan = kix_engine::plan::plan(&client, &build, store_path.as_str(), &plan_options).await?;
     // JSON: one document at the end, the plan in it.
     let plan_json = match args.output {
         OutputFormat::Text => {
@@ -164,24 +136,41 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
         timeout: args.timeout,
         on_error: OnError::Abort,
         prune: true,
-        force_conflicts: args.force_conflicts,
+        force_conflicts: args.force_conflicts || args.operator,
         accept_migrations: args.confirm.accept_migrations,
         current_activation: args.confirm.current_activation.clone(),
         receipt: ReceiptInfo {
             rollback_from: from.clone(),
             ..ReceiptInfo::local()
         },
+        // A rollback plans again under the Lease before it acts.
+        replan: true,
         ..DeployOptions::default()
     };
     kix_engine::deploy::check_plan(&plan, &build, &options)?;
-    if !super::deploy::confirm(
-        &args.confirm,
-        &format!(
+    let question = if args.operator {
+        format!(
+            "Roll Kix cluster {} back to {path} (the build of {target_name}) through the operator?",
+            args.cluster
+        )
+    } else {
+        format!(
             "Roll Kix cluster {} back to {path} (the build of {target_name})?",
             args.cluster
-        ),
-    )? {
+        )
+    };
+    if !super::deploy::confirm(&args.confirm, &question)? {
         return Ok(ExitCode::from(1));
+    }
+    let summary = serde_json::json!({
+        "target": target_name,
+        "path": path,
+        "rollbackFrom": from,
+        "plan": plan_json,
+    });
+    if args.operator {
+        options.engine = kix_api::Engine::Operator;
+        return rollback_with_operator(&client, &plan, &options, args.output, summary).await;
     }
     let (tx, printer) = progress::start_ui(
         &args.ui,
@@ -196,13 +185,8 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
     let outcome = outcome?;
     match args.output {
         OutputFormat::Json => {
-            let value = serde_json::json!({
-                "target": target_name,
-                "path": path,
-                "rollbackFrom": from,
-                "plan": plan_json,
-                "outcome": outcome,
-            });
+            let mut value = summary;
+            value["outcome"] = serde_json::to_value(&outcome)?;
             crate::output::print_stdout(&crate::output::json_text(&value)?)?;
         }
         OutputFormat::Text => {
@@ -217,51 +201,72 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
     })
 }
 
-/// `rollback --operator`: the current record's spec gets the target's store
-/// path (its generation changes), and the operator applies it like a new build.
-async fn rollback_with_operator(
-    client: &kube::Client,
-    args: &RollbackArgs,
-    current: &Activation,
-    target_name: &str,
+/// A build read from the store for `what` (`the build of C-1`): refused,
+/// nothing changed, when the path is not a store path, is gone from the
+/// store, or is another Kix cluster's build.
+pub async fn read_store_build(
+    what: &str,
     path: &str,
-) -> anyhow::Result<ExitCode> {
-    use super::operator;
-    operator::warn_local_engine_flags();
-    let name = current.name_any();
-    if let Some(expected) = &args.confirm.current_activation
-        && expected != &name
-    {
+    cluster: &str,
+) -> anyhow::Result<(StorePath, kix_manifest::Build)> {
+    let store_path = StorePath::parse(path)
+        .with_context(|| format!("{what} names {path:?}: nothing was changed"))?;
+    let check = store_path.clone();
+    let valid = tokio::task::spawn_blocking(move || kix_nix::is_valid(&check))
+        .await
+        .context("the store check failed")??;
+    if !valid {
         bail!(
-            "--current-activation {expected}: the current activation of Kix cluster {:?} is {name}",
-            args.cluster
+            "{what}, {path}, is no longer in the Nix store (garbage-collected): nothing was changed"
         );
     }
-    operator::require_records(client).await?;
-    if !super::deploy::confirm(
-        &args.confirm,
-        &format!(
-            "Point {name} at {path} (the build of {target_name}) and let the operator apply it?"
-        ),
-    )? {
-        return Ok(ExitCode::from(1));
+    let read_path = path.to_string();
+    let build = tokio::task::spawn_blocking(move || {
+        kix_manifest::read_tree(Path::new(&read_path), &kix_manifest::ReadOptions::default())
+    })
+    .await
+    .context("reading the build failed")?
+    .with_context(|| format!("reading {what} ({path}): nothing was changed"))?;
+    if build.cluster != cluster {
+        bail!(
+            "{what} ({path}) is for Kix cluster {:?}, not {cluster:?}: nothing was changed",
+            build.cluster,
+        );
     }
-    let api: kube::Api<Activation> = kube::Api::all(client.clone());
-    let patch = serde_json::json!({"spec": {
-        "source": {"path": path, "flake": null, "revision": null},
-        "receipt": {"rollbackFrom": name, "time": chrono::Utc::now(), "user": kix_engine::deploy::ReceiptInfo::local().user},
-    }});
-    let updated = api
-        .patch(
-            &name,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
-        .with_context(|| format!("pointing {name} at {path}"))?;
-    eprintln!("{name} now names {path}; waiting for the operator");
-    let phase = operator::wait_for_operator(client, &name, updated.metadata.generation).await?;
-    println!("{name}: {phase}");
+    Ok((store_path, build))
+}
+
+/// `rollback --operator`: a new operator record for the target's build,
+/// with the confirmed plan's receipt (`rollbackFrom`: the record that was
+/// current), then the operator's result. The current record is never
+/// rewritten: whatever engine wrote it, it stays current until the new
+/// record is applied.
+async fn rollback_with_operator(
+    client: &kube::Client,
+    plan: &kix_engine::plan::Plan,
+    options: &DeployOptions,
+    output: OutputFormat,
+    summary: serde_json::Value,
+) -> anyhow::Result<ExitCode> {
+    use super::operator;
+    let record = operator::create_record(
+        client,
+        plan,
+        kix_engine::deploy::activation_spec(plan, options),
+    )
+    .await?;
+    let name = record.name_any();
+    eprintln!("recorded {name}; waiting for the operator");
+    let phase = operator::wait_for_operator(client, &name).await?;
+    match output {
+        OutputFormat::Json => {
+            let mut value = summary;
+            value["activation"] = serde_json::json!(name);
+            value["phase"] = serde_json::json!(phase);
+            crate::output::print_stdout(&crate::output::json_text(&value)?)?;
+        }
+        OutputFormat::Text => println!("{name}: {phase}"),
+    }
     Ok(if phase == Phase::Active {
         ExitCode::SUCCESS
     } else {

@@ -116,7 +116,8 @@ pub fn status_text(
             out,
             "latest activation: {} ({}){}",
             latest.name,
-            latest.phase.map_or("-", |p| p.as_str()),
+            // A record nothing has acted on yet is Pending.
+            latest.phase.map_or("Pending", |p| p.as_str()),
             latest
                 .message
                 .as_deref()

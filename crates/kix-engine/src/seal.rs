@@ -1,0 +1,384 @@
+//! The sealed plan: one digest over every action of a [`Plan`], and the
+//! destructive actions a user confirms with it.
+//!
+//! The digest covers each object's action with the content digest of what is
+//! applied (creates, updates, unchanged), the fields of replaces and
+//! conflicts, each deletion and kept object with its reason, the migrations
+//! crossed and kix's own CRDs. It does not cover the field diffs (they
+//! describe the live object, not what kix sends) nor the record name.
+//!
+//! The destructive actions are deletions, replaces, adoptions and
+//! migrations. An Activation records them as [`Accepted`] (a digest, counts
+//! per kind, and the actions when few); every executor re-plans against the
+//! live state right before it acts and refuses, changing nothing, when its
+//! plan holds a destructive action the record does not accept ([`check`]).
+
+use std::collections::{BTreeSet, HashMap};
+
+use kix_api::Accepted;
+use kix_manifest::{ObjectKey, canonical_digest};
+use serde_json::{Value, json};
+
+use crate::plan::{Action, Plan, PlanOptions};
+use crate::records::CrdState;
+
+/// The digest of every action of `plan` (sha256 hex of its canonical JSON).
+pub fn digest(plan: &Plan) -> String {
+    let content: HashMap<&ObjectKey, &str> = plan
+        .desired
+        .iter()
+        .map(|d| (&d.key, d.digest.as_str()))
+        .collect();
+    let objects: Vec<Value> = plan
+        .objects()
+        .map(|o| {
+            json!({
+                "object": format!("{} {}", o.api_version, o.key),
+                "action": o.action.as_str(),
+                "content": content.get(&o.key).copied(),
+                "fields": o.fields,
+                "kept": (o.action == Action::Keep).then_some(o.note.as_deref()),
+            })
+        })
+        .collect();
+    canonical_digest(&json!({
+        "cluster": plan.cluster,
+        "kixCrds": (plan.kix_crds != CrdState::Current).then(|| format!("{:?}", plan.kix_crds)),
+        "objects": objects,
+        "migrations": crate::migrations::acceptance(&plan.migrations),
+    }))
+}
+
+/// The kinds of consent a destructive action needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Consent {
+    Deletion,
+    Replace,
+    Adoption,
+    Migration,
+}
+
+/// The destructive actions of a plan, sorted: `delete Kind ns/name`,
+/// `replace …`, `adopt …`, `migration <package> <from> -> <to>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Destructive {
+    actions: BTreeSet<(Consent, String)>,
+}
+
+impl Destructive {
+    pub fn of(plan: &Plan) -> Destructive {
+        let mut actions = BTreeSet::new();
+        for o in plan.objects() {
+            let consent = match o.action {
+                Action::Delete => Consent::Deletion,
+                Action::Replace => Consent::Replace,
+                Action::Adopt => Consent::Adoption,
+                _ => continue,
+            };
+            let verb = match consent {
+                Consent::Deletion => "delete",
+                Consent::Replace => "replace",
+                _ => "adopt",
+            };
+            actions.insert((consent, format!("{verb} {}", o.key)));
+        }
+        for m in &plan.migrations {
+            actions.insert((
+                Consent::Migration,
+                format!("migration {} {}", m.package, m.label()),
+            ));
+        }
+        Destructive { actions }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty()
+    }
+
+    pub fn lines(&self) -> impl Iterator<Item = &str> {
+        self.actions.iter().map(|(_, line)| line.as_str())
+    }
+
+    /// Digest of the sorted actions; empty when there are none.
+    pub fn digest(&self) -> String {
+        if self.actions.is_empty() {
+            return String::new();
+        }
+        canonical_digest(&json!(self.lines().collect::<Vec<_>>()))
+    }
+
+    fn count(&self, consent: Consent) -> u32 {
+        self.actions.iter().filter(|(c, _)| *c == consent).count() as u32
+    }
+
+    /// What a record stores when the user confirms these actions.
+    pub fn accepted(&self) -> Accepted {
+        Accepted {
+            digest: self.digest(),
+            deletions: self.count(Consent::Deletion),
+            replaces: self.count(Consent::Replace),
+            adoptions: self.count(Consent::Adoption),
+            migrations: self.count(Consent::Migration),
+            actions: if self.actions.len() <= Accepted::MAX_LISTED {
+                self.lines().map(str::to_string).collect()
+            } else {
+                vec![]
+            },
+        }
+    }
+}
+
+/// Destructive actions of a re-plan that the record does not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the plan has {} destructive action(s) that were not confirmed: {}{}; nothing was changed",
+    .actions.len(),
+    shown(.actions),
+    .note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default()
+)]
+pub struct Unconfirmed {
+    /// The unconfirmed actions (all of the plan's when the record lists
+    /// only a digest).
+    pub actions: Vec<String>,
+    pub note: Option<String>,
+}
+
+/// How many unconfirmed actions a message names.
+const SHOWN: usize = 20;
+
+fn shown(actions: &[String]) -> String {
+    let mut text = actions
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if actions.len() > SHOWN {
+        text.push_str(&format!(" and {} more", actions.len() - SHOWN));
+    }
+    text
+}
+
+/// Whether `planned` (an executor's re-plan) stays within what `accepted`
+/// confirmed: the same set (by digest), or a subset of the listed actions (a
+/// deletion already done, an interrupted deploy resumed).
+pub fn check(accepted: &Accepted, planned: &Destructive) -> Result<(), Unconfirmed> {
+    if planned.is_empty() || planned.digest() == accepted.digest {
+        return Ok(());
+    }
+    if accepted.is_listed() {
+        let listed: BTreeSet<&str> = accepted.actions.iter().map(String::as_str).collect();
+        let missing: Vec<String> = planned
+            .lines()
+            .filter(|l| !listed.contains(l))
+            .map(str::to_string)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        return Err(Unconfirmed {
+            actions: missing,
+            note: None,
+        });
+    }
+    Err(Unconfirmed {
+        actions: planned.lines().map(str::to_string).collect(),
+        note: Some(format!(
+            "the record accepts {} other destructive action(s), recorded by digest only",
+            accepted.total()
+        )),
+    })
+}
+
+/// Consent given by other means than a confirmed plan (`--on-error
+/// rollback`): deletions of the named objects, and, when `others`, every
+/// replace, adoption and migration.
+#[derive(Debug, Clone, Default)]
+pub struct Consented {
+    pub deletions: BTreeSet<ObjectKey>,
+    pub others: bool,
+}
+
+impl Consented {
+    pub fn check(&self, plan: &Plan) -> Result<(), Unconfirmed> {
+        let actions: Vec<String> = plan
+            .objects()
+            .filter(|o| match o.action {
+                Action::Delete => !self.deletions.contains(&o.key),
+                Action::Replace | Action::Adopt => !self.others,
+                _ => false,
+            })
+            .map(|o| format!("{} {}", o.action.as_str(), o.key))
+            .chain(
+                plan.migrations
+                    .iter()
+                    .filter(|_| !self.others)
+                    .map(|m| format!("migration {} {}", m.package, m.label())),
+            )
+            .collect();
+        if actions.is_empty() {
+            Ok(())
+        } else {
+            Err(Unconfirmed {
+                actions,
+                note: None,
+            })
+        }
+    }
+}
+
+/// A plan saved by `kix plan --out`: the `--output json` document (digest,
+/// store path, Kix cluster and options included). `kix deploy --plan` runs
+/// it only when a re-plan against the live state has the same digest.
+#[derive(Debug, Clone)]
+pub struct SavedPlan {
+    pub cluster: String,
+    pub store_path: String,
+    pub digest: String,
+    pub options: PlanOptions,
+    document: Value,
+}
+
+impl SavedPlan {
+    /// Reads the document; the error says which field is missing.
+    pub fn from_json(text: &str) -> Result<SavedPlan, String> {
+        let document: Value =
+            serde_json::from_str(text).map_err(|e| format!("not a kix plan (JSON): {e}"))?;
+        let field = |name: &str| {
+            document[name]
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("not a kix plan: no {name:?} field"))
+        };
+        let options = serde_json::from_value(document["options"].clone())
+            .map_err(|e| format!("not a kix plan: \"options\": {e}"))?;
+        Ok(SavedPlan {
+            cluster: field("cluster")?,
+            store_path: field("storePath")?,
+            digest: field("digest")?,
+            options,
+            document,
+        })
+    }
+
+    /// What differs between the saved plan and `plan` (a re-plan of the same
+    /// build), one line each: `- <action> <object>` saved only, `+ …` now
+    /// only. Empty when the digests are equal.
+    pub fn moved(&self, plan: &Plan) -> Vec<String> {
+        if plan.digest == self.digest {
+            return vec![];
+        }
+        let saved = action_lines(&self.document);
+        let now = action_lines(&serde_json::to_value(plan).unwrap_or(Value::Null));
+        let mut out: Vec<String> = saved
+            .difference(&now)
+            .map(|l| format!("- {l}"))
+            .chain(now.difference(&saved).map(|l| format!("+ {l}")))
+            .collect();
+        if out.is_empty() {
+            out.push(
+                "the same actions, but their content or fields differ (the digest changed)"
+                    .to_string(),
+            );
+        }
+        out
+    }
+}
+
+/// `<action> <Kind> <namespace>/<name>` of every object of a plan document,
+/// and `migration …` of each migration.
+fn action_lines(document: &Value) -> BTreeSet<String> {
+    let empty = vec![];
+    let arr = |v: &Value| v.as_array().unwrap_or(&empty).clone();
+    let objects = arr(&document["packages"])
+        .iter()
+        .flat_map(|p| arr(&p["objects"]))
+        .chain(arr(&document["prune"]))
+        .collect::<Vec<_>>();
+    let mut lines: BTreeSet<String> = objects
+        .iter()
+        .map(|o| {
+            let key = &o["key"];
+            let at = match key["namespace"].as_str() {
+                Some(ns) => format!("{ns}/"),
+                None => String::new(),
+            };
+            format!(
+                "{} {} {} {at}{}",
+                o["action"].as_str().unwrap_or("?"),
+                o["apiVersion"].as_str().unwrap_or(""),
+                key["kind"].as_str().unwrap_or("?"),
+                key["name"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    for m in arr(&document["migrations"]) {
+        lines.insert(format!(
+            "migration {} {} -> {}",
+            m["package"].as_str().unwrap_or("?"),
+            m["from"].as_str().unwrap_or("?"),
+            m["to"].as_str().unwrap_or("?")
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(lines: &[(Consent, &str)]) -> Destructive {
+        Destructive {
+            actions: lines.iter().map(|(c, l)| (*c, l.to_string())).collect(),
+        }
+    }
+
+    #[test]
+    fn the_same_set_and_a_listed_subset_pass() {
+        let confirmed = set(&[
+            (Consent::Deletion, "delete ConfigMap a/x"),
+            (Consent::Adoption, "adopt ConfigMap a/y"),
+        ]);
+        let accepted = confirmed.accepted();
+        assert_eq!(accepted.deletions, 1);
+        assert_eq!(accepted.adoptions, 1);
+        assert!(accepted.is_listed());
+        assert_eq!(check(&accepted, &confirmed), Ok(()));
+        let fewer = set(&[(Consent::Deletion, "delete ConfigMap a/x")]);
+        assert_eq!(check(&accepted, &fewer), Ok(()));
+        assert_eq!(check(&Accepted::default(), &Destructive::default()), Ok(()));
+    }
+
+    #[test]
+    fn an_action_not_confirmed_is_named() {
+        let accepted = set(&[(Consent::Deletion, "delete ConfigMap a/x")]).accepted();
+        let planned = set(&[
+            (Consent::Deletion, "delete ConfigMap a/x"),
+            (Consent::Deletion, "delete Namespace a"),
+        ]);
+        let err = check(&accepted, &planned).expect_err("refused");
+        assert_eq!(err.actions, ["delete Namespace a"]);
+        assert!(err.to_string().contains("delete Namespace a"), "{err}");
+        let none = check(&Accepted::default(), &planned).expect_err("refused");
+        assert_eq!(none.actions.len(), 2);
+    }
+
+    #[test]
+    fn a_large_set_is_recorded_by_digest_and_compared_whole() {
+        let many: Vec<(Consent, String)> = (0..Accepted::MAX_LISTED + 1)
+            .map(|i| (Consent::Deletion, format!("delete ConfigMap a/c{i}")))
+            .collect();
+        let confirmed = Destructive {
+            actions: many.iter().cloned().collect(),
+        };
+        let accepted = confirmed.accepted();
+        assert!(accepted.actions.is_empty(), "bounded record");
+        assert_eq!(accepted.deletions as usize, Accepted::MAX_LISTED + 1);
+        assert_eq!(check(&accepted, &confirmed), Ok(()));
+        let mut other = confirmed.clone();
+        other.actions.pop_first();
+        let err = check(&accepted, &other).expect_err("digest differs");
+        assert!(err.note.is_some());
+        assert!(err.to_string().contains("more"), "{err}");
+    }
+}
