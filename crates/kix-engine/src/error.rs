@@ -55,6 +55,8 @@ pub enum EngineError {
     },
     #[error(transparent)]
     Nix(#[from] kix_nix::NixError),
+    #[error("the plan exceeds the deletion budget: {0}")]
+    DeletionBudget(String),
     #[error("waiting: {0}")]
     Wait(String),
     #[error("{0}")]

@@ -756,6 +756,7 @@ mod tests {
                     counts: Counts::default(),
                     accepted_migrations: vec![],
                     rollback_from: None,
+                    accepted_deletions: None,
                 },
                 engine: Engine::Local,
             },

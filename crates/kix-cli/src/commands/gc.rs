@@ -100,6 +100,8 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
         yes: args.yes,
         current_activation: None,
         accept_migrations: false,
+        max_deletions: None,
+        accept_deletions: false,
     };
     if args.operator {
         super::operator::require_records(&client).await?;
