@@ -31,7 +31,6 @@ impl BudgetCheck {
     /// The check of a plan with `counts` under `budget` (the default when the
     /// cluster's settings have none).
     pub fn of(budget: Option<DeletionBudget>, counts: &Counts) -> BudgetCheck {
-        let budget = budget.unwrap_or_default();
         // Every live object of the cluster the plan saw: kept, changed,
         // deleted or being deleted. Creates and adoptions are not owned yet.
         let owned = counts.unchanged
@@ -41,9 +40,15 @@ impl BudgetCheck {
             + counts.delete
             + counts.deleting
             + counts.keep;
+        BudgetCheck::new(budget, counts.delete, owned)
+    }
+
+    /// `deletions` out of `owned` objects under `budget` (default when None).
+    pub fn new(budget: Option<DeletionBudget>, deletions: u32, owned: u32) -> BudgetCheck {
+        let budget = budget.unwrap_or_default();
         let share = u64::from(owned) * u64::from(budget.percent) / 100;
         BudgetCheck {
-            deletions: counts.delete,
+            deletions,
             owned,
             allowed: u32::try_from(share).unwrap_or(u32::MAX).max(budget.floor),
             percent: budget.percent,
