@@ -28,7 +28,9 @@
 #
 # `settings`: `keep` (int >= 0, Superseded activations to keep), `maxAge`
 # (string such as "30d", "12h", "1d12h"; units s m h d w), `context` (default
-# kubeconfig context). Null values are dropped; unknown settings pass through
+# kubeconfig context), `deletionBudget` (`{ percent = 25; floor = 10; }`: a
+# deploy deleting more than `percent` % of the owned objects and more than
+# `floor` objects needs consent). Null values are dropped; unknown settings pass through
 # to kix.json unchanged.
 #
 # The only thing taken from `pkgs` is `pkgs.runCommand name env script`, so the
@@ -494,7 +496,22 @@ let
           (!(s ? keep) || isInt s.keep && s.keep >= 0 || sfail "`keep` must be a non-negative integer, got ${describeValue s.keep}")
           (!(s ? maxAge) || isDuration s.maxAge || sfail "`maxAge` must be a duration such as \"30d\", \"12h\" or \"1d12h\" (units s, m, h, d, w), got ${describeValue s.maxAge}")
           (!(s ? context) || isString s.context && s.context != "" || sfail "`context` must be a non-empty string, got ${describeValue s.context}")
+          (!(s ? deletionBudget) || isAttrs s.deletionBudget || sfail "`deletionBudget` must be an attrset { percent; floor; }, got ${describeValue s.deletionBudget}")
+          (!(s ? deletionBudget) || checkDeletionBudget s.deletionBudget)
         ] s;
+
+      # `deletionBudget = { percent = 25; floor = 10; }`: both optional.
+      checkDeletionBudget =
+        b:
+        let
+          bfail = msg: fail "settings.deletionBudget: ${msg}";
+          unknown = filter (k: k != "percent" && k != "floor") (attrNames b);
+        in
+        checkAll [
+          (unknown == [ ] || bfail "unknown attribute `${head unknown}` (known: percent, floor)")
+          (!(b ? percent) || isInt b.percent && b.percent >= 0 && b.percent <= 100 || bfail "`percent` must be an integer from 0 to 100, got ${describeValue b.percent}")
+          (!(b ? floor) || isInt b.floor && b.floor >= 0 || bfail "`floor` must be a non-negative integer, got ${describeValue b.floor}")
+        ] true;
 
       # ---- the files -----------------------------------------------------
 

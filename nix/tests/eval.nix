@@ -244,6 +244,10 @@ let
       };
     }).settings;
     defaultSettings = eq { } (mk { packages = { }; }).settings;
+    deletionBudget = eq { percent = 50; floor = 3; } (mk {
+      packages = { };
+      settings.deletionBudget = { percent = 50; floor = 3; };
+    }).settings.deletionBudget;
     compoundMaxAge = eq "1d12h" (mk {
       packages = { };
       settings.maxAge = "1d12h";

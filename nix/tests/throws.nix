@@ -410,6 +410,22 @@ in
         settings.context = 1;
       });
 
+  badDeletionBudgetPercent =
+    case
+      [ "settings.deletionBudget" "`percent` must be an integer from 0 to 100" ]
+      (mk {
+        packages = { };
+        settings.deletionBudget.percent = 101;
+      });
+
+  badDeletionBudgetField =
+    case
+      [ "settings.deletionBudget" "unknown attribute `share`" ]
+      (mk {
+        packages = { };
+        settings.deletionBudget.share = 5;
+      });
+
   missingManifest =
     case
       [

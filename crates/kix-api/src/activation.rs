@@ -74,6 +74,7 @@ pub struct Source {
 /// Who deployed what, from where, when, and with which plan.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::k8s_formats)]
 pub struct Receipt {
     /// The user who deployed.
     pub user: String,
@@ -96,6 +97,12 @@ pub struct Receipt {
     /// For a rollback: the activation whose build this one restored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_from: Option<String>,
+    /// How many deletions the user accepted beyond the Kix cluster's
+    /// deletion budget (`--accept-deletions` accepts the plan's count,
+    /// `--max-deletions N` accepts N): a count, so the record stays small
+    /// however many objects the deploy deletes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_deletions: Option<u32>,
 }
 
 /// The destructive actions a user accepted with a plan: what an executor may
@@ -231,6 +238,34 @@ pub struct ActivationStatus {
     /// the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_deletions: Vec<FailedDeletion>,
+    /// Objects whose deletion was accepted but which still exist (held by
+    /// finalizers): at most [`DELETING_LISTED`], in name order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleting: Vec<DeletingObject>,
+    /// How many objects are being deleted in all, when more than `deleting`
+    /// lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleting_total: Option<u32>,
+}
+
+/// How many deleting objects a record lists (the rest are counted): the
+/// record must not grow with the number of objects.
+pub const DELETING_LISTED: usize = 20;
+
+/// An object whose DELETE was accepted but which still exists.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletingObject {
+    /// The object.
+    pub object: ObjectRef,
+    /// The finalizers it waits for (empty for a Namespace emptying itself or
+    /// a Pod in its grace period).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub finalizers: Vec<String>,
+    /// Its deletionTimestamp: since when it has been waiting (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::date_time")]
+    pub since: Option<DateTime<Utc>>,
 }
 
 /// The phase of an activation.
@@ -467,6 +502,7 @@ mod tests {
                 },
                 accepted: Accepted::default(),
                 rollback_from: None,
+                accepted_deletions: None,
             },
             engine: Engine::Operator,
         }

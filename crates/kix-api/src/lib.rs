@@ -16,8 +16,8 @@ mod package_instance;
 mod schema;
 
 pub use activation::{
-    Accepted, Activation, ActivationSpec, ActivationStatus, Counts, Drift, Engine, FailedDeletion,
-    Phase, Progress, Receipt, Source, is_terminal,
+    Accepted, Activation, ActivationSpec, ActivationStatus, Counts, DELETING_LISTED,
+    DeletingObject, Drift, Engine, FailedDeletion, Phase, Progress, Receipt, Source, is_terminal,
 };
 pub use crds::{crds, crds_yaml};
 pub use labels::{

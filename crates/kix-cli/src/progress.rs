@@ -93,6 +93,15 @@ async fn lines(mode: Mode, mut rx: UnboundedReceiver<Event>) {
     }
 }
 
+/// An object whose DELETE was accepted but which stays, held by finalizers.
+fn deleting_line(key: &str, finalizers: &[String]) -> String {
+    if finalizers.is_empty() {
+        format!("  deleting {key} (still there)")
+    } else {
+        format!("  deleting {key} (waits for {})", finalizers.join(", "))
+    }
+}
+
 /// The plain line of an event, if it gets one (each applied object only at -v).
 pub fn line(event: &Event) -> Option<String> {
     Some(match event {
@@ -125,6 +134,7 @@ pub fn line(event: &Event) -> Option<String> {
             }
         ),
         Event::PruneFailed { key, error } => format!("  could not delete {key}: {error}"),
+        Event::PruneDeleting { key, finalizers } => deleting_line(key, finalizers),
         Event::Finished { .. } => return None,
     })
 }
@@ -224,7 +234,9 @@ fn bars(mut rx: UnboundedReceiver<Event>) {
                 bar.set_prefix(format!("- {group}"));
                 bar.abandon_with_message(format!("skipped ({reason})"));
             }
-            Event::Pruned { key, .. } | Event::PruneFailed { key, .. } => {
+            Event::Pruned { key, .. }
+            | Event::PruneFailed { key, .. }
+            | Event::PruneDeleting { key, .. } => {
                 let bar = prune.get_or_insert_with(|| {
                     let bar = multi.add(ProgressBar::new_spinner());
                     bar.set_style(
@@ -241,6 +253,9 @@ fn bars(mut rx: UnboundedReceiver<Event>) {
                 bar.set_message(key.clone());
                 if let Event::PruneFailed { key, error } = &event {
                     let _ = multi.println(format!("  could not delete {key}: {error}"));
+                }
+                if let Event::PruneDeleting { key, finalizers } = &event {
+                    let _ = multi.println(deleting_line(key, finalizers));
                 }
             }
             Event::Finished { .. } => {}

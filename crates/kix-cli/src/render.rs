@@ -34,6 +34,7 @@ impl Style {
             Action::Update => "33",
             Action::Delete | Action::Replace | Action::Conflict => "31",
             Action::Unchanged | Action::Keep => "2",
+            Action::Deleting => "35",
         };
         self.paint(code, &format!("{:<10}", action.as_str()))
     }
@@ -116,8 +117,23 @@ pub fn plan_text(plan: &Plan, style: Style, show_unchanged: bool) -> String {
         "\n{} to create, {} to update, {} unchanged, {} to delete, {} to replace, {} to adopt, {} conflicts, {} kept",
         c.create, c.update, c.unchanged, c.delete, c.replace, c.adopt, c.conflict, c.keep
     );
+    if c.deleting > 0 {
+        let _ = writeln!(
+            out,
+            "{} being deleted (held by finalizers; waited for, not deleted again)",
+            c.deleting
+        );
+    }
     if !plan.migrations.is_empty() {
         let _ = writeln!(out, "{} migrations to run", plan.migrations.len());
+    }
+    if plan.deletion_budget.is_exceeded() {
+        let _ = writeln!(
+            out,
+            "\n{}: this plan {}",
+            style.paint("31", "deletion budget exceeded"),
+            plan.deletion_budget.explain()
+        );
     }
     out
 }
@@ -156,11 +172,17 @@ fn object_text(out: &mut String, object: &PlannedObject, style: Style) {
     if object.destructive {
         line.push_str(" (destructive: needs --accept-migrations)");
     }
+    if let Some(n) = object.takes_with_it {
+        let _ = write!(line, " (takes {n} objects with it)");
+    }
     if !object.fields.is_empty() {
         let _ = write!(line, " ({})", object.fields.join("; "));
     }
     if let Some(note) = &object.note {
         let _ = write!(line, " [{note}]");
+    }
+    if let Some(waited) = object.deletion.as_ref().and_then(|d| d.waited()) {
+        let _ = write!(line, " (for {waited})");
     }
     let _ = writeln!(out, "{line}");
     for warning in &object.warnings {
@@ -209,6 +231,8 @@ mod tests {
             note: None,
             warnings: vec!["spec.template.spec.nodeSelector[beta.kubernetes.io/os]: deprecated since v1.14; use \"kubernetes.io/os\" instead".into()],
             contenders: vec![],
+            takes_with_it: None,
+            deletion: None,
             activations: Default::default(),
             legacy: Default::default(),
         };

@@ -239,6 +239,12 @@ impl Model {
             Event::PruneFailed { key, error } => {
                 self.log.push(format!("  could not delete {key}: {error}"));
             }
+            Event::PruneDeleting { key, finalizers } => {
+                self.log.push(format!(
+                    "  deleting {key} (waits for {})",
+                    finalizers.join(", ")
+                ));
+            }
             Event::Finished {
                 activation,
                 phase,
@@ -552,6 +558,8 @@ mod tests {
             changes: vec![],
             fields: vec![],
             destructive: false,
+            takes_with_it: None,
+            deletion: None,
             note: None,
             warnings: vec![],
             contenders: vec![],
@@ -636,6 +644,7 @@ mod tests {
             },
             digest: "sha256:x".into(),
             kinds: vec![],
+            deletion_budget: kix_engine::budget::BudgetCheck::of(None, &Counts::default()),
             migrations: vec![],
             desired: vec![],
             options: Default::default(),

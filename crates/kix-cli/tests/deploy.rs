@@ -504,6 +504,14 @@ async fn killed_during_prune_then_rerun_converges() {
     assert_eq!(out.code, Some(0), "{out}");
 
     let small = cli.tree(&[configmap("cm-000", "1"), configmap("extra", "1")]);
+    // A mass deletion on purpose: this cluster's deletion budget allows it.
+    std::fs::write(
+        small.join("kix.json"),
+        json!({"format": 1, "cluster": cli.env.cluster, "packages": ["app"],
+               "settings": {"deletionBudget": {"percent": 100}}})
+        .to_string(),
+    )
+    .expect("kix.json");
     let mut child = cli.spawn_deploy(&small, &["--yes"]);
     let pid = child.id();
     poll(

@@ -86,6 +86,8 @@ pub struct DeployOptions {
     /// `force_conflicts` (the operator).
     pub yield_to_kix_clusters: bool,
     pub accept_migrations: bool,
+    /// Consent to delete more than the deletion budget allows.
+    pub deletions: crate::budget::DeletionConsent,
     pub allow_empty: bool,
     pub current_activation: Option<String>,
     pub engine: Engine,
@@ -118,6 +120,7 @@ impl Default for DeployOptions {
             force_conflicts: false,
             yield_to_kix_clusters: false,
             accept_migrations: false,
+            deletions: crate::budget::DeletionConsent::Budget,
             allow_empty: false,
             current_activation: None,
             engine: Engine::Local,
@@ -182,6 +185,11 @@ pub enum Event {
         key: String,
         error: String,
     },
+    /// The DELETE was accepted; the object waits for its finalizers.
+    PruneDeleting {
+        key: String,
+        finalizers: Vec<String>,
+    },
     Finished {
         activation: String,
         phase: Phase,
@@ -198,6 +206,13 @@ pub struct DeployOutcome {
     pub applied: u32,
     pub pruned: u32,
     pub failed: u32,
+    /// Objects the build dropped that still exist, being deleted (held by
+    /// finalizers): never counted as pruned. At most
+    /// [`kix_api::DELETING_LISTED`]; `deleting_total` counts them all.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deleting: Vec<kix_api::DeletingObject>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deleting_total: Option<u32>,
     /// Nothing to do: the build is current and nothing drifted; no request
     /// that writes was made.
     pub no_op: bool,
@@ -244,6 +259,9 @@ pub fn check_plan(plan: &Plan, build: &Build, options: &DeployOptions) -> Result
     if build.object_count() == 0 && options.prune && !options.allow_empty && plan.counts.delete > 0
     {
         return Err(EngineError::EmptyBuild(plan.cluster.clone()));
+    }
+    if options.prune && !options.deletions.allows(&plan.deletion_budget) {
+        return Err(EngineError::DeletionBudget(plan.deletion_budget.explain()));
     }
     Ok(())
 }
@@ -316,7 +334,11 @@ fn no_op(plan: &Plan, options: &DeployOptions) -> Option<DeployOutcome> {
         && plan.current_path.as_deref() == Some(plan.store_path.as_str())
         && plan.current_phase == Some(Phase::Active)
         && (options.record.is_none() || options.record == plan.current_activation);
+    let mut waiting = kix_api::ActivationStatus::default();
+    crate::prune::set_deleting(&mut waiting, crate::prune::deleting_in(plan));
     current.then(|| DeployOutcome {
+        deleting: waiting.deleting,
+        deleting_total: waiting.deleting_total,
         message: format!(
             "nothing to do: {} is current and up to date",
             plan.current_activation.as_deref().unwrap_or("?")
@@ -416,6 +438,8 @@ pub async fn rollback_to(
     let mut options = options.clone();
     options.on_error = OnError::Abort;
     options.accept_migrations = true;
+    // Undoing the failed deploy deletes what it created: consented with it.
+    options.deletions = crate::budget::DeletionConsent::Any;
     options.current_activation = None;
     options.receipt.rollback_from = from;
     options.record = None;
@@ -463,6 +487,7 @@ pub fn activation_spec(plan: &Plan, options: &DeployOptions) -> ActivationSpec {
             },
             accepted: crate::seal::Destructive::of(plan).accepted(),
             rollback_from: options.receipt.rollback_from.clone(),
+            accepted_deletions: options.deletions.recorded(&plan.deletion_budget),
         },
         engine: options.engine,
     }
@@ -705,9 +730,19 @@ async fn run(
     } else {
         Phase::Active
     };
-    let message = if state.messages.is_empty() {
+    let deleting = status
+        .deleting_total
+        .unwrap_or(status.deleting.len() as u32);
+    let message = if state.messages.is_empty() && deleting == 0 {
         format!(
             "{} objects applied, {} pruned in {:.1}s",
+            state.applied,
+            state.pruned,
+            started.elapsed().as_secs_f64()
+        )
+    } else if state.messages.is_empty() {
+        format!(
+            "{} objects applied, {} pruned, {deleting} being deleted (waiting for finalizers) in {:.1}s",
             state.applied,
             state.pruned,
             started.elapsed().as_secs_f64()
@@ -744,6 +779,8 @@ async fn run(
         applied: state.applied,
         pruned: state.pruned,
         failed: state.failed,
+        deleting: status.deleting.clone(),
+        deleting_total: status.deleting_total,
         no_op: false,
         rolled_back_to: None,
     })

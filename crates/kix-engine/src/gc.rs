@@ -40,6 +40,7 @@ use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use serde::{Serialize, Serializer};
 
+use crate::budget::BudgetCheck;
 use crate::desired::{Desired, desired_objects};
 use crate::error::{EngineError, Result};
 use crate::lease::{DeployLease, LeaseOptions};
@@ -318,11 +319,24 @@ pub struct GcPlan {
     pub unrooted: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Live objects the Kix cluster owns, of the kinds gc looked at: what
+    /// the deletion budget weighs gc's deletions against.
+    pub owned: u32,
     #[serde(skip)]
     kept_paths: BTreeMap<String, String>,
 }
 
 impl GcPlan {
+    /// gc's deletions weighed against the deletion budget.
+    pub fn deletion_budget(&self, budget: Option<kix_manifest::DeletionBudget>) -> BudgetCheck {
+        let deletions = self
+            .objects
+            .iter()
+            .filter(|o| o.action == GcAction::Delete)
+            .count() as u32;
+        BudgetCheck::new(budget, deletions, self.owned)
+    }
+
     /// Whether executing the plan changes anything.
     pub fn has_work(&self) -> bool {
         !self.retired.is_empty()
@@ -505,6 +519,15 @@ pub async fn plan(
         .await?
     };
 
+    let owned = live
+        .values()
+        .filter(|l| {
+            l.owned
+                && l.activations
+                    .iter()
+                    .any(|a| belongs_to(a, cluster, &clusters))
+        })
+        .count() as u32;
     let mut objects = Vec::new();
     for l in live.values().filter(|l| l.owned) {
         let gone: BTreeSet<&String> = l
@@ -616,6 +639,7 @@ pub async fn plan(
         orphaned_roots,
         unrooted,
         notes,
+        owned,
         kept_paths,
     })
 }
@@ -848,6 +872,7 @@ mod tests {
                     counts: Counts::default(),
                     accepted: Default::default(),
                     rollback_from: None,
+                    accepted_deletions: None,
                 },
                 engine: Engine::Local,
             },

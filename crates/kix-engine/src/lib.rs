@@ -10,6 +10,8 @@
 // see); it is returned on failure paths only, so its size does not matter.
 #![allow(clippy::result_large_err)]
 
+pub mod budget;
+pub mod contents;
 pub mod deploy;
 pub mod desired;
 pub mod diff;

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use kix_api::{
     ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, ANNOTATION_PRUNE, LABEL_OWNER, PRUNE_DISABLED,
@@ -12,8 +13,7 @@ use kix_manifest::ObjectKey;
 use kube::api::{DynamicObject, ListParams};
 use kube::discovery::ApiResource;
 use kube::{Client, Resource};
-use serde::Deserialize;
-use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
 
@@ -29,13 +29,55 @@ pub struct Live {
     pub digest: Option<String>,
     pub activations: BTreeSet<String>,
     pub prune_disabled: bool,
-    pub deleting: bool,
+    /// Set when the object is being deleted (it has a deletionTimestamp).
+    pub deletion: Option<Deletion>,
     /// The version the LIST saw: a later read of the object at (or after)
     /// it is served from the apiserver's cache instead of etcd.
     pub resource_version: Option<String>,
     /// Field managers with an Apply entry (which Kix clusters applied it as
     /// their own manager, and whether the single `kix` of earlier versions did).
     pub appliers: Vec<String>,
+}
+
+/// An object whose deletion was accepted but which still exists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Deletion {
+    /// Its deletionTimestamp.
+    pub since: Option<DateTime<Utc>>,
+    /// The finalizers it waits for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub finalizers: Vec<String>,
+}
+
+impl Deletion {
+    /// The deletion state of an object with this metadata: None unless it
+    /// has a deletionTimestamp.
+    pub fn of(deletion_timestamp: Option<&str>, finalizers: &[String]) -> Option<Deletion> {
+        let since = deletion_timestamp?;
+        Some(Deletion {
+            since: DateTime::parse_from_rfc3339(since)
+                .ok()
+                .map(|t| t.with_timezone(&Utc)),
+            finalizers: finalizers.to_vec(),
+        })
+    }
+
+    /// `being deleted, waits for a, b`, as the plan notes it (no clock in
+    /// it: the plan's digest must not change while it waits).
+    pub fn describe(&self) -> String {
+        if self.finalizers.is_empty() {
+            "being deleted".to_string()
+        } else {
+            format!("being deleted, waits for {}", self.finalizers.join(", "))
+        }
+    }
+
+    /// How long it has waited (`3m20s`), when its deletionTimestamp is known.
+    pub fn waited(&self) -> Option<String> {
+        let secs = (Utc::now() - self.since?).num_seconds().max(0);
+        Some(crate::prune::human_duration(secs))
+    }
 }
 
 /// How many LISTs run at once.
@@ -125,7 +167,8 @@ struct LeanMeta {
     namespace: Option<String>,
     labels: Option<BTreeMap<String, String>>,
     annotations: Option<BTreeMap<String, String>>,
-    deletion_timestamp: Option<IgnoredAny>,
+    deletion_timestamp: Option<String>,
+    finalizers: Option<Vec<String>>,
     resource_version: Option<String>,
     managed_fields: Option<Vec<LeanManager>>,
 }
@@ -191,7 +234,10 @@ fn to_live(meta: LeanMeta, resource: &ApiResource, namespaced: bool) -> Live {
         prune_disabled: annotations
             .get(ANNOTATION_PRUNE)
             .is_some_and(|v| v == PRUNE_DISABLED),
-        deleting: meta.deletion_timestamp.is_some(),
+        deletion: Deletion::of(
+            meta.deletion_timestamp.as_deref(),
+            meta.finalizers.as_deref().unwrap_or_default(),
+        ),
         resource_version: meta.resource_version,
         appliers: meta
             .managed_fields

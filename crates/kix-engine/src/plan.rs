@@ -34,6 +34,9 @@ pub enum Action {
     Delete,
     /// Not deleted although the build dropped it (shared, prune disabled).
     Keep,
+    /// Dropped by the build and already being deleted (a finalizer holds
+    /// it): not sent DELETE again, waited for.
+    Deleting,
 }
 
 impl Action {
@@ -47,11 +50,12 @@ impl Action {
             Action::Conflict => "conflict",
             Action::Delete => "delete",
             Action::Keep => "keep",
+            Action::Deleting => "deleting",
         }
     }
 
     pub fn writes(self) -> bool {
-        !matches!(self, Action::Unchanged)
+        !matches!(self, Action::Unchanged | Action::Deleting)
     }
 }
 
@@ -79,6 +83,12 @@ pub struct PlannedObject {
     /// Other Kix clusters whose fields a conflict contests.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub contenders: Vec<String>,
+    /// A Namespace or CRD deletion: how many objects go with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub takes_with_it: Option<u32>,
+    /// Being deleted: since when, and the finalizers it waits for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deletion: Option<crate::live::Deletion>,
     /// The activations annotation the object will carry (apply) or keep (trim).
     #[serde(skip)]
     pub activations: BTreeSet<String>,
@@ -107,6 +117,12 @@ pub struct Counts {
     pub conflict: u32,
     pub delete: u32,
     pub keep: u32,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub deleting: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -132,6 +148,8 @@ pub struct Plan {
     /// Kinds (apiVersion/Kind) of the build, recorded in the Activation so a
     /// later prune knows which kinds to list.
     pub kinds: Vec<String>,
+    /// The plan's deletions weighed against the Kix cluster's deletion budget.
+    pub deletion_budget: crate::budget::BudgetCheck,
     /// The package migrations this deploy crosses, in the order they run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub migrations: Vec<crate::migrations::PlannedMigration>,
@@ -180,7 +198,10 @@ impl Plan {
                 ),
                 Action::Replace => format!("replace {} ({})", o.key, o.fields.join(", ")),
                 Action::Adopt => format!("adopt {}", o.key),
-                _ => format!("delete {} (destructive)", o.key),
+                _ => match o.takes_with_it {
+                    Some(n) => format!("delete {} (destructive: takes {n} objects with it)", o.key),
+                    None => format!("delete {} (destructive)", o.key),
+                },
             });
         migrations.into_iter().chain(objects).collect()
     }
@@ -362,7 +383,8 @@ pub async fn plan(
                     .activations
                     .iter()
                     .any(|a| belongs_to(a, &cluster, &clusters));
-                let same = l.digest.as_deref() == Some(d.digest.as_str()) && mine && !l.deleting;
+                let same =
+                    l.digest.as_deref() == Some(d.digest.as_str()) && mine && l.deletion.is_none();
                 let drifted = if options.reconcile && same {
                     full.get(&d.key)
                         .map(|obj| ownership::drifted_fields(&d.manifest, obj, &manager))
@@ -413,6 +435,8 @@ pub async fn plan(
             note,
             warnings: vec![],
             contenders: vec![],
+            takes_with_it: None,
+            deletion: None,
             activations,
             legacy,
         });
@@ -491,7 +515,9 @@ pub async fn plan(
                 .filter(|a| !belongs_to(a, &cluster, &clusters))
                 .cloned()
                 .collect();
-            let (action, note) = if l.prune_disabled {
+            let (action, note) = if let Some(deletion) = &l.deletion {
+                (Action::Deleting, Some(deletion.describe()))
+            } else if l.prune_disabled {
                 (Action::Keep, Some(NOTE_PRUNE_DISABLED.to_string()))
             } else if !others.is_empty() {
                 (Action::Keep, Some(NOTE_SHARED.to_string()))
@@ -509,11 +535,15 @@ pub async fn plan(
                 note,
                 warnings: vec![],
                 contenders: vec![],
+                takes_with_it: None,
+                deletion: l.deletion.clone(),
                 activations: others,
                 legacy: Legacy::None,
             });
         }
     }
+
+    crate::contents::count(client, &mut prune).await?;
 
     let mut counts = Counts::default();
     for o in packages.iter().flat_map(|p| &p.objects).chain(&prune) {
@@ -526,8 +556,10 @@ pub async fn plan(
             Action::Conflict => counts.conflict += 1,
             Action::Delete => counts.delete += 1,
             Action::Keep => counts.keep += 1,
+            Action::Deleting => counts.deleting += 1,
         }
     }
+    let deletion_budget = crate::budget::BudgetCheck::of(build.settings.deletion_budget, &counts);
     let mut plan = Plan {
         cluster,
         store_path: store_path.to_string(),
@@ -541,6 +573,7 @@ pub async fn plan(
         counts,
         digest: String::new(),
         kinds,
+        deletion_budget,
         migrations,
         desired,
         options: options.clone(),

@@ -5,12 +5,13 @@
 //! reverse apply order, rank by rank, bounded parallel inside a rank.
 
 use futures::{StreamExt, stream};
-use kix_api::{FailedDeletion, ObjectRef};
+use kix_api::{ActivationStatus, DELETING_LISTED, DeletingObject, FailedDeletion, ObjectRef};
 use kube::Client;
 use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
 
 use crate::deploy::{DeployOptions, Event, PruneMode, RunState, emit};
 use crate::error::Result;
+use crate::live::Deletion;
 use crate::plan::{Action, Plan, PlannedObject};
 use crate::records;
 
@@ -22,6 +23,8 @@ pub(crate) async fn prune(
     status: &mut kix_api::ActivationStatus,
     state: &mut RunState,
 ) -> Result<()> {
+    // Objects already being deleted are waited for, never sent DELETE again.
+    let mut deleting = deleting_in(plan);
     let work: Vec<&PlannedObject> = plan
         .prune
         .iter()
@@ -30,20 +33,14 @@ pub(crate) async fn prune(
         })
         .collect();
     if work.is_empty() {
+        set_deleting(status, deleting);
         return Ok(());
     }
     // Written before the first deletion: an interrupted prune resumes with it.
     status.pending_prune = work
         .iter()
         .filter(|o| o.action == Action::Delete)
-        .map(|o| {
-            ObjectRef::new(
-                o.api_version.clone(),
-                o.key.kind.clone(),
-                o.key.namespace.clone(),
-                o.key.name.clone(),
-            )
-        })
+        .map(|o| object_ref(o))
         .collect();
     records::set_status(client, name, status).await?;
     let mut resources = crate::resources::Resources::new(client.clone());
@@ -84,14 +81,24 @@ pub(crate) async fn prune(
         for (o, api) in batch {
             deletions.push(prune_one(o, api, propagation.clone(), &plan.cluster));
         }
-        let results: Vec<(&PlannedObject, std::result::Result<(), String>)> =
+        let results: Vec<(&PlannedObject, std::result::Result<Pruned, String>)> =
             stream::iter(deletions)
                 .buffer_unordered(options.concurrency.max(1))
                 .collect()
                 .await;
         for (o, result) in results {
             match result {
-                Ok(()) => {
+                Ok(Pruned::Deleting(deletion)) => {
+                    emit(
+                        options,
+                        Event::PruneDeleting {
+                            key: o.key.to_string(),
+                            finalizers: deletion.finalizers.clone(),
+                        },
+                    );
+                    deleting.push(deleting_object(o, deletion));
+                }
+                Ok(Pruned::Gone) => {
                     if o.action == Action::Delete {
                         state.pruned += 1;
                     }
@@ -105,12 +112,7 @@ pub(crate) async fn prune(
                 }
                 Err(error) => {
                     status.failed_deletions.push(FailedDeletion {
-                        object: ObjectRef::new(
-                            o.api_version.clone(),
-                            o.key.kind.clone(),
-                            o.key.namespace.clone(),
-                            o.key.name.clone(),
-                        ),
+                        object: object_ref(o),
                         reason: error.clone(),
                     });
                     state
@@ -127,7 +129,76 @@ pub(crate) async fn prune(
             }
         }
     }
+    set_deleting(status, deleting);
     Ok(())
+}
+
+/// What became of one pruned object.
+#[derive(Debug)]
+enum Pruned {
+    /// Deleted (or, for a shared object, this cluster's entry removed).
+    Gone,
+    /// The DELETE was accepted but the object stays until its finalizers
+    /// (or its grace period, or a Namespace's contents) are done.
+    Deleting(Deletion),
+}
+
+fn object_ref(o: &PlannedObject) -> ObjectRef {
+    ObjectRef::new(
+        o.api_version.clone(),
+        o.key.kind.clone(),
+        o.key.namespace.clone(),
+        o.key.name.clone(),
+    )
+}
+
+fn deleting_object(o: &PlannedObject, deletion: Deletion) -> DeletingObject {
+    DeletingObject {
+        object: object_ref(o),
+        finalizers: deletion.finalizers,
+        since: deletion.since,
+    }
+}
+
+/// Records the objects being deleted on the record's status, at most
+/// [`DELETING_LISTED`] of them (the total beside): the record stays small
+/// however many objects wait. Returns whether the status changed.
+pub fn set_deleting(status: &mut ActivationStatus, mut deleting: Vec<DeletingObject>) -> bool {
+    deleting.sort();
+    let total = deleting.len();
+    deleting.truncate(DELETING_LISTED);
+    let total = (total > DELETING_LISTED).then_some(total as u32);
+    let changed = status.deleting != deleting || status.deleting_total != total;
+    status.deleting = deleting;
+    status.deleting_total = total;
+    changed
+}
+
+/// The objects a plan finds being deleted (its `deleting` prune entries).
+pub fn deleting_in(plan: &Plan) -> Vec<DeletingObject> {
+    plan.prune
+        .iter()
+        .filter_map(|o| Some(deleting_object(o, o.deletion.clone()?)))
+        .collect()
+}
+
+/// The deletion state in an object's metadata.
+fn deletion_of(meta: &kube::api::ObjectMeta) -> Option<Deletion> {
+    let since = serde_json::to_value(meta.deletion_timestamp.as_ref()?).ok()?;
+    Deletion::of(
+        since.as_str(),
+        meta.finalizers.as_deref().unwrap_or_default(),
+    )
+}
+
+/// `45s`, `3m20s`, `2h5m`, `3d4h`: how long something has waited.
+pub fn human_duration(secs: i64) -> String {
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m{}s", s / 60, s % 60),
+        s if s < 86400 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
+        s => format!("{}d{}h", s / 86400, (s % 86400) / 3600),
+    }
 }
 
 /// One deletion (or, for a shared object, the removal of this cluster's entry).
@@ -136,15 +207,21 @@ async fn prune_one<'a>(
     api: kube::Api<kube::api::DynamicObject>,
     propagation: PropagationPolicy,
     cluster: &str,
-) -> (&'a PlannedObject, std::result::Result<(), String>) {
+) -> (&'a PlannedObject, std::result::Result<Pruned, String>) {
     let result = if o.action == Action::Delete {
         let params = DeleteParams {
             propagation_policy: Some(propagation),
             ..Default::default()
         };
         match api.delete(&o.key.name, &params).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            // The apiserver returns the object when it still exists (with
+            // its deletionTimestamp), a Status when it is gone; some kinds
+            // return the deleted object itself, without a deletionTimestamp.
+            Ok(response) => Ok(response
+                .left()
+                .and_then(|object| deletion_of(&object.metadata))
+                .map_or(Pruned::Gone, Pruned::Deleting)),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Pruned::Gone),
             Err(e) => Err(crate::error::api_message(&e)),
         }
     } else {
@@ -158,7 +235,7 @@ async fn prune_one<'a>(
         };
         api.patch(&o.key.name, &params, &Patch::Merge(&patch))
             .await
-            .map(|_| ())
+            .map(|_| Pruned::Gone)
             .map_err(|e| crate::error::api_message(&e))
     };
     (o, result)

@@ -151,10 +151,7 @@ pub async fn set_status(
     status: &ActivationStatus,
 ) -> Result<Activation> {
     let api: Api<Activation> = Api::all(client.clone());
-    let mut status = status.clone();
-    if let Some(phase) = status.phase {
-        status.conditions = vec![ready_condition(phase, status.message.as_deref())];
-    }
+    let status = with_ready_condition(status);
     // A merge patch keeps what it does not name: every status field this
     // status leaves out (an emptied pendingPrune, a cleared message) is set
     // to null, so the patch replaces the status.
@@ -171,6 +168,45 @@ pub async fn set_status(
     )
     .await
     .map_err(|e| EngineError::Records(format!("updating activation {name}: {e}")))
+}
+
+/// `status` with its Ready condition following its phase; other conditions
+/// are kept, and Ready keeps its lastTransitionTime unless it changed.
+pub fn with_ready_condition(status: &ActivationStatus) -> ActivationStatus {
+    let mut status = status.clone();
+    let Some(phase) = status.phase else {
+        return status;
+    };
+    let mut ready = ready_condition(phase, status.message.as_deref());
+    if let Some(old) = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == kix_api::CONDITION_READY)
+        && old.status == ready.status
+        && old.reason == ready.reason
+    {
+        ready.last_transition_time = old.last_transition_time.clone();
+    }
+    status
+        .conditions
+        .retain(|c| c.type_ != kix_api::CONDITION_READY);
+    status.conditions.insert(0, ready);
+    status
+}
+
+/// Writes `status` unless `record` already has it: a status write that
+/// changes nothing is not sent (it would wake every watcher of the record).
+/// Returns whether it wrote.
+pub async fn set_status_if_changed(
+    client: &Client,
+    record: &Activation,
+    status: &ActivationStatus,
+) -> Result<bool> {
+    if record.status.as_ref() == Some(&with_ready_condition(status)) {
+        return Ok(false);
+    }
+    set_status(client, &record.name_any(), status).await?;
+    Ok(true)
 }
 
 /// The fields of an Activation's status, from the schema of its CRD.

@@ -102,6 +102,8 @@ pub enum HealthState {
     Degraded,
     Missing,
     Drifted,
+    /// Not in the build, its DELETE accepted, still there (finalizers).
+    Deleting,
 }
 
 impl HealthState {
@@ -112,6 +114,7 @@ impl HealthState {
             HealthState::Degraded => "Degraded",
             HealthState::Missing => "Missing",
             HealthState::Drifted => "Drifted",
+            HealthState::Deleting => "Deleting",
         }
     }
 }
@@ -140,6 +143,12 @@ pub struct HealthCounts {
     pub missing: u32,
     #[serde(rename = "Drifted")]
     pub drifted: u32,
+    #[serde(rename = "Deleting", skip_serializing_if = "is_zero")]
+    pub deleting: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl HealthCounts {
@@ -150,11 +159,12 @@ impl HealthCounts {
             HealthState::Degraded => self.degraded += 1,
             HealthState::Missing => self.missing += 1,
             HealthState::Drifted => self.drifted += 1,
+            HealthState::Deleting => self.deleting += 1,
         }
     }
 
     pub fn total(&self) -> u32 {
-        self.ready + self.progressing + self.degraded + self.missing + self.drifted
+        self.ready + self.progressing + self.degraded + self.missing + self.drifted + self.deleting
     }
 
     /// Everything Ready.
@@ -361,7 +371,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
     extras.sort_by(|a, b| a.package.cmp(&b.package).then_with(|| a.key.cmp(&b.key)));
     let have_build = matches!(build_state, BuildState::Read);
     for l in extras {
-        let (state, reason) = live_health(&l.value);
+        let (state, reason) = deleting_health(&l.value).unwrap_or_else(|| live_health(&l.value));
         push(
             &mut packages,
             l.package.as_deref().unwrap_or("(no package label)"),
@@ -437,6 +447,29 @@ fn desired_health(d: &Desired, l: &FullLive) -> (HealthState, Option<String>) {
         );
     }
     live_health(&l.value)
+}
+
+/// An object with a deletionTimestamp: Deleting, with its finalizers and
+/// how long it has waited.
+fn deleting_health(value: &Value) -> Option<(HealthState, Option<String>)> {
+    let meta = &value["metadata"];
+    let finalizers: Vec<String> = meta["finalizers"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .filter_map(|f| f.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let deletion = crate::live::Deletion::of(meta["deletionTimestamp"].as_str(), &finalizers)?;
+    let waited = deletion
+        .waited()
+        .map(|w| format!(" for {w}"))
+        .unwrap_or_default();
+    Some((
+        HealthState::Deleting,
+        Some(format!("{}{waited}", deletion.describe())),
+    ))
 }
 
 fn live_health(value: &Value) -> (HealthState, Option<String>) {

@@ -201,6 +201,7 @@ async fn rollback_after_an_interrupted_deploy_restores_the_last_good_build() {
             counts: Default::default(),
             accepted: Default::default(),
             rollback_from: None,
+            accepted_deletions: None,
         },
         engine: kix_api::Engine::Local,
     };

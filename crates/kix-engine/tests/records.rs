@@ -242,6 +242,7 @@ async fn a_record_left_applying_is_failed_by_the_next_deploy_which_converges() {
             counts: Default::default(),
             accepted: Default::default(),
             rollback_from: None,
+            accepted_deletions: None,
         },
         engine: Engine::Local,
     };

@@ -38,5 +38,7 @@ pub use range::{Bound, VersionRange};
 pub use store_path::{
     HASH_LEN, MAX_NAME_LEN, NIXBASE32_ALPHABET, STORE_DIR, StorePath, StorePathError,
 };
-pub use tree::{Build, BuildSummary, FORMAT, Package, ReadOptions, Settings, read_tree};
+pub use tree::{
+    Build, BuildSummary, DeletionBudget, FORMAT, Package, ReadOptions, Settings, read_tree,
+};
 pub use version::compare_versions;

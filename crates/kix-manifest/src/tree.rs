@@ -9,7 +9,8 @@
 //!
 //! * `kix.json`: `format` must be `1`. `packages` lists the package names
 //!   (strings; objects `{"name": "web"}` are accepted too, other fields of
-//!   such objects are ignored). `settings` holds `keep`, `maxAge`, `context`;
+//!   such objects are ignored). `settings` holds `keep`, `maxAge`, `context`,
+//!   `deletionBudget` (`{"percent": 25, "floor": 10}`);
 //!   any other setting is kept in [`Settings::extra`].
 //! * Every listed package has a directory `packages/<name>/` with a
 //!   `package.json` whose `name` is the directory's name, and every directory
@@ -117,9 +118,75 @@ pub struct Settings {
     /// The default kubeconfig context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// How many owned objects one deploy may delete without consent.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "DeletionBudget::deserialize_setting"
+    )]
+    pub deletion_budget: Option<DeletionBudget>,
     /// Every other setting, as written.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
+}
+
+/// The deletion budget setting: a deploy (rollback, operator prune, gc)
+/// deleting more than `percent` % of the Kix cluster's owned objects *and*
+/// more than `floor` objects needs explicit consent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct DeletionBudget {
+    /// Share of the owned objects (0 to 100) deleted without consent.
+    pub percent: u32,
+    /// Deletions always allowed without consent, whatever the share.
+    pub floor: u32,
+}
+
+impl DeletionBudget {
+    /// `settings.deletionBudget`, checked field by field so the error names
+    /// the setting at fault.
+    fn deserialize_setting<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<DeletionBudget>, D::Error> {
+        use serde::de::Error;
+        let value = Value::deserialize(deserializer)?;
+        let Value::Object(map) = value else {
+            return Err(D::Error::custom(format!(
+                "settings.deletionBudget must be an object {{\"percent\": 25, \"floor\": 10}}, got {value}"
+            )));
+        };
+        let mut budget = DeletionBudget::default();
+        for (key, v) in &map {
+            let (field, max) = match key.as_str() {
+                "percent" => (&mut budget.percent, 100),
+                "floor" => (&mut budget.floor, u64::from(u32::MAX)),
+                other => {
+                    return Err(D::Error::custom(format!(
+                        "settings.deletionBudget: unknown field {other:?} (known: percent, floor)"
+                    )));
+                }
+            };
+            *field = v
+                .as_u64()
+                .filter(|n| *n <= max)
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| {
+                    D::Error::custom(format!(
+                        "settings.deletionBudget.{key} must be an integer from 0 to {max}, got {v}"
+                    ))
+                })?;
+        }
+        Ok(Some(budget))
+    }
+}
+
+impl Default for DeletionBudget {
+    /// 25 % of the owned objects, at least 10.
+    fn default() -> Self {
+        DeletionBudget {
+            percent: 25,
+            floor: 10,
+        }
+    }
 }
 
 /// One package of a build.

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kix_api::{Activation, Drift, FINALIZER, FailedDeletion, Phase};
+use kix_engine::budget::DeletionConsent;
 use kix_engine::deploy::{DeployOptions, OnError, ReceiptInfo};
 use kix_engine::plan::PlanOptions;
 use kix_manifest::StorePath;
@@ -102,6 +103,8 @@ pub struct Context {
     pub current: Mutex<BTreeMap<String, String>>,
     /// Kinds (apiVersion/Kind) the current records contain: the watches to run.
     pub kinds: Mutex<BTreeSet<String>>,
+    /// Objects another manager keeps changing back, and their backoff.
+    pub fights: Mutex<crate::fights::Fights>,
 }
 
 #[instrument(skip(record, ctx), fields(activation = %record.name_any()))]
@@ -137,7 +140,13 @@ pub fn error_policy(_record: Arc<Activation>, error: &ReconcileError, ctx: Arc<C
     Action::requeue(Duration::from_secs(5))
 }
 
-async fn event(ctx: &Context, record: &Activation, type_: EventType, reason: &str, note: String) {
+pub(crate) async fn event(
+    ctx: &Context,
+    record: &Activation,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     let reference: ObjectReference = record.object_ref(&());
     let ev = KubeEvent {
         type_,
@@ -273,7 +282,8 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         prune: true,
         activation: Some(name.clone()),
     };
-    let plan = kix_engine::plan::plan(&ctx.client, &build, path.as_str(), &plan_options).await?;
+    let mut plan =
+        kix_engine::plan::plan(&ctx.client, &build, path.as_str(), &plan_options).await?;
     // What the user confirmed is what happens: a destructive action the
     // record does not accept changes nothing.
     if fresh
@@ -284,6 +294,15 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     {
         return fail(ctx, &record, unconfirmed.to_string()).await;
     }
+    let deletions = DeletionConsent::from_receipt(record.spec.receipt.accepted_deletions);
+    if !deletions.allows(&plan.deletion_budget) {
+        if fresh {
+            let why = plan.deletion_budget.explain();
+            return fail(ctx, &record, format!("nothing was changed: the plan {why}")).await;
+        }
+        crate::guard::hold_for_budget(ctx, &record, &plan).await?;
+        return Ok(Action::requeue(ctx.resync));
+    }
     // Only a record that passed its checks becomes the one owned objects'
     // changes are routed to: a failed new build leaves the applied record
     // current and reconciled.
@@ -291,7 +310,11 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         .lock()
         .map(|mut m| m.insert(cluster.clone(), name.clone()))
         .ok();
+    if !fresh {
+        crate::fights::before_correcting(ctx, &record, &mut plan).await;
+    }
     if !fresh && !plan.has_changes() {
+        crate::guard::settle_quiet(ctx, &record, &plan).await?;
         return Ok(Action::requeue(ctx.resync));
     }
     let drifted =
@@ -299,6 +322,7 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     let options = DeployOptions {
         engine: kix_api::Engine::Operator,
         accept_migrations: true,
+        deletions,
         force_conflicts: true,
         yield_to_kix_clusters: true,
         allow_empty: true,
@@ -344,19 +368,34 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     let latest = api.get(&name).await.map_err(kix_engine::EngineError::Api)?;
     let mut status = latest.status.clone().unwrap_or_default();
     status.observed_generation = record.metadata.generation;
-    if !fresh {
+    crate::guard::clear_budget(&mut status);
+    crate::guard::set_condition(
+        &mut status,
+        crate::fights::CONDITION_DRIFT_FIGHT,
+        crate::fights::condition_message(ctx).as_deref(),
+    );
+    // Only what was done counts as corrected: an object still being deleted
+    // is neither pruned nor drift.
+    let corrected = outcome.applied + outcome.pruned;
+    if !fresh && corrected > 0 {
         let drift = status.drift.get_or_insert_with(Drift::default);
         drift.detected += drifted;
-        drift.corrected += outcome.applied + outcome.pruned;
+        drift.corrected += corrected;
         drift.last_corrected = Some(Utc::now());
-        ctx.metrics
-            .drift_corrected(u64::from(outcome.applied + outcome.pruned));
+        ctx.metrics.drift_corrected(u64::from(corrected));
         info!(objects = drifted, "corrected drift");
     }
-    kix_engine::records::set_status(&ctx.client, &name, &status).await?;
+    let before = record
+        .status
+        .as_ref()
+        .map(|s| s.deleting.clone())
+        .unwrap_or_default();
+    kix_engine::records::set_status_if_changed(&ctx.client, &latest, &status).await?;
+    crate::guard::report_deleting(ctx, &record, &before, &status.deleting).await;
     let (type_, reason) = match outcome.phase {
         Phase::Active if fresh => (EventType::Normal, "Active"),
-        Phase::Active => (EventType::Normal, "DriftCorrected"),
+        Phase::Active if corrected > 0 => (EventType::Normal, "DriftCorrected"),
+        Phase::Active => return Ok(Action::requeue(ctx.resync)),
         _ => (EventType::Warning, outcome.phase.as_str()),
     };
     event(ctx, &record, type_, reason, outcome.message.clone()).await;

@@ -2,6 +2,8 @@
 //! cluster applied. Leader election makes sure one replica applies at a time.
 
 mod controller;
+mod fights;
+mod guard;
 mod http;
 mod metrics;
 mod triggers;
@@ -19,7 +21,7 @@ use kix_api::Activation;
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Client, Config};
 use tokio::sync::mpsc::unbounded_channel;
 use tokio_stream_shim::UnboundedReceiverStream;
@@ -110,7 +112,7 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn client(args: &Args) -> anyhow::Result<Client> {
+async fn client(args: &Args, identity: &str) -> anyhow::Result<Client> {
     let options = KubeConfigOptions {
         context: args.context.clone(),
         ..Default::default()
@@ -123,6 +125,10 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
         }
         None => Config::infer().await?,
     };
+    // Names the operator (and this replica) in the apiserver's audit log.
+    let mut config = config;
+    let agent = format!("kix-operator/{} {identity}", env!("CARGO_PKG_VERSION"));
+    config.headers.push(("user-agent".parse()?, agent.parse()?));
     Ok(Client::try_from(config)?)
 }
 
@@ -130,13 +136,13 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_logging(args.log_format);
-    let client = client(&args).await?;
     let identity = args.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/etc/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_else(|_| "kix-operator".into());
         format!("{host}-{}", std::process::id())
     });
+    let client = client(&args, &identity).await?;
     let metrics = Arc::new(Metrics::default());
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
@@ -201,11 +207,20 @@ async fn main() -> anyhow::Result<()> {
             },
             current: Default::default(),
             kinds: Default::default(),
+            fights: Default::default(),
         });
         let (trigger_tx, trigger_rx) = unbounded_channel();
         let watches = tokio::spawn(triggers::run(ctx.clone(), trigger_tx));
         let records: Api<Activation> = Api::all(client.clone());
-        let controller = Controller::new(records, watcher::Config::default())
+        // Reconciles on spec, deletion and finalizer changes of records, and
+        // on owned objects (reconcile_on); never on status writes.
+        let (reader, writer) = reflector::store();
+        let record_changes = watcher::watcher(records, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects()
+            .filter(triggers::record_changes());
+        let controller = Controller::for_stream(record_changes, reader)
             .reconcile_on(UnboundedReceiverStream::new(trigger_rx))
             .run(controller::reconcile, controller::error_policy, ctx)
             .for_each(|result| async move {

@@ -2,7 +2,7 @@
 //! once instead of at the next resync: every change to an owned object
 //! triggers a reconcile of its Kix cluster's current operator record.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,9 +49,22 @@ pub async fn run(ctx: Arc<Context>, trigger: UnboundedSender<ObjectRef<Activatio
             let trigger = trigger.clone();
             tokio::spawn(async move {
                 let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+                let mut seen: HashMap<String, ObjectKey> = HashMap::new();
                 while let Some(event) = stream.next().await {
                     let objects = match event {
-                        Ok(Event::Apply(o)) | Ok(Event::Delete(o)) => vec![o],
+                        Ok(Event::Apply(o)) => {
+                            let id = o.metadata.uid.clone().unwrap_or_else(|| o.name_any());
+                            if seen.insert(id, object_key(&o)).as_ref() == Some(&object_key(&o)) {
+                                continue;
+                            }
+                            vec![o]
+                        }
+                        Ok(Event::Delete(o)) => {
+                            if let Some(uid) = &o.metadata.uid {
+                                seen.remove(uid);
+                            }
+                            vec![o]
+                        }
                         _ => continue,
                     };
                     for object in objects {
@@ -71,6 +84,66 @@ pub async fn run(ctx: Arc<Context>, trigger: UnboundedSender<ObjectRef<Activatio
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+}
+
+/// What of a record calls for a reconcile: its spec (generation), its
+/// deletion and its finalizers, never its status. The operator's own status
+/// writes would otherwise start the next reconcile.
+type RecordKey = (Option<i64>, bool, Vec<String>);
+
+fn record_key(record: &Activation) -> RecordKey {
+    let meta = &record.metadata;
+    (
+        meta.generation,
+        meta.deletion_timestamp.is_some(),
+        meta.finalizers.clone().unwrap_or_default(),
+    )
+}
+
+/// A filter for the stream of records: passes a record the first time and
+/// then only when its [`RecordKey`] changed (watch errors pass through).
+pub fn record_changes()
+-> impl FnMut(&Result<Activation, watcher::Error>) -> futures::future::Ready<bool> {
+    let mut seen: HashMap<String, RecordKey> = HashMap::new();
+    move |item| {
+        let pass = match item {
+            Ok(record) => {
+                let id = record
+                    .metadata
+                    .uid
+                    .clone()
+                    .unwrap_or_else(|| record.name_any());
+                seen.insert(id, record_key(record)).as_ref() != Some(&record_key(record))
+            }
+            Err(_) => true,
+        };
+        futures::future::ready(pass)
+    }
+}
+
+/// What of an owned object calls for a reconcile: its spec (generation,
+/// for kinds that have one; otherwise any change, resourceVersion), its
+/// deletion, finalizers and kix's annotations. Status updates of another
+/// controller (a Deployment's replicas) do not.
+type ObjectKey = (Option<i64>, Option<String>, bool, Vec<String>, u64);
+
+fn object_key(object: &PartialObjectMeta<DynamicObject>) -> ObjectKey {
+    use std::hash::{Hash, Hasher};
+    let meta = &object.metadata;
+    let mut annotations = std::collections::hash_map::DefaultHasher::new();
+    meta.annotations.hash(&mut annotations);
+    meta.labels.hash(&mut annotations);
+    (
+        meta.generation,
+        // Kinds without a generation (ConfigMap, Secret) change in place.
+        meta.generation
+            .is_none()
+            .then(|| meta.resource_version.clone())
+            .flatten(),
+        meta.deletion_timestamp.is_some(),
+        meta.finalizers.clone().unwrap_or_default(),
+        annotations.finish(),
+    )
 }
 
 /// The current operator record of the Kix cluster `activation` belongs to.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use kix_api::Phase;
+use kix_engine::budget::DeletionConsent;
 use kix_engine::deploy::{DeployOptions, OnError, PruneMode, ReceiptInfo};
 
 use super::build::SourceArgs;
@@ -72,6 +73,24 @@ pub struct ConfirmArgs {
     /// destructive deletions the plan lists.
     #[arg(long)]
     pub accept_migrations: bool,
+    /// Allow up to N deletions when the plan exceeds the Kix cluster's
+    /// deletion budget (default budget: 25 % of its objects, at least 10).
+    #[arg(long, value_name = "N")]
+    pub max_deletions: Option<u32>,
+    /// Accept every deletion the plan lists, beyond the deletion budget.
+    #[arg(long, conflicts_with = "max_deletions")]
+    pub accept_deletions: bool,
+}
+
+impl ConfirmArgs {
+    /// The consent `--max-deletions` / `--accept-deletions` give.
+    pub fn deletion_consent(&self) -> DeletionConsent {
+        match (self.accept_deletions, self.max_deletions) {
+            (true, _) => DeletionConsent::Any,
+            (false, Some(n)) => DeletionConsent::UpTo(n),
+            (false, None) => DeletionConsent::Budget,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -176,6 +195,7 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
         },
         force_conflicts: args.engine.force_conflicts,
         accept_migrations: args.confirm.accept_migrations,
+        deletions: args.confirm.deletion_consent(),
         allow_empty: args.allow_empty,
         current_activation: args.confirm.current_activation.clone(),
         concurrency: args.concurrency,

@@ -32,6 +32,13 @@ pub struct GcArgs {
     /// Do not ask for confirmation.
     #[arg(long, short)]
     pub yes: bool,
+    /// Allow up to N deletions when gc exceeds the Kix cluster's deletion
+    /// budget (default budget: 25 % of its objects, at least 10).
+    #[arg(long, value_name = "N")]
+    pub max_deletions: Option<u32>,
+    /// Accept every deletion gc lists, beyond the deletion budget.
+    #[arg(long, conflicts_with = "max_deletions")]
+    pub accept_deletions: bool,
     /// Delete the retired records and let the operator's finalizer release
     /// their objects; waits up to 300 s per record.
     #[arg(long)]
@@ -43,10 +50,9 @@ pub struct GcArgs {
 
 pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
     let client = crate::kube_client::client(global, None).await?;
-    // Retention from the flags, else the current build's kix.json.
-    let settings = if args.keep.is_some() && args.max_age.is_some() {
-        None
-    } else {
+    // Retention from the flags, else the current build's kix.json; the
+    // deletion budget from it.
+    let settings = {
         let all = kix_engine::records::list_all_required(&client).await?;
         kix_engine::records::current(&all, &args.cluster).and_then(|c| {
             let path = c.spec.source.path.clone();
@@ -101,7 +107,17 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
         yes: args.yes,
         current_activation: None,
         accept_migrations: false,
+        max_deletions: args.max_deletions,
+        accept_deletions: args.accept_deletions,
     };
+    // Refused before anything is deleted, like deploy.
+    let budget = plan.deletion_budget(settings.as_ref().and_then(|s| s.deletion_budget));
+    if !confirm.deletion_consent().allows(&budget) {
+        anyhow::bail!(
+            "gc exceeds the deletion budget: nothing was changed: it {}",
+            budget.explain()
+        );
+    }
     if args.operator {
         super::operator::require_records(&client).await?;
     }

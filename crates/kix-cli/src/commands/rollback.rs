@@ -138,6 +138,7 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
         prune: true,
         force_conflicts: args.force_conflicts || args.operator,
         accept_migrations: args.confirm.accept_migrations,
+        deletions: args.confirm.deletion_consent(),
         current_activation: args.confirm.current_activation.clone(),
         receipt: ReceiptInfo {
             rollback_from: from.clone(),

@@ -76,7 +76,7 @@ fn paint(style: crate::render::Style, state: HealthState, text: &str) -> String 
         HealthState::Ready => "32",
         HealthState::Progressing => "33",
         HealthState::Degraded | HealthState::Missing => "31",
-        HealthState::Drifted => "35",
+        HealthState::Drifted | HealthState::Deleting => "35",
     };
     if style.color {
         format!("\x1b[{code}m{text}\x1b[0m")
@@ -132,11 +132,15 @@ pub fn status_text(
         );
     }
     let c = &status.counts;
-    let _ = writeln!(
+    let _ = write!(
         out,
         "objects: {} Ready, {} Progressing, {} Degraded, {} Missing, {} Drifted",
         c.ready, c.progressing, c.degraded, c.missing, c.drifted
     );
+    if c.deleting > 0 {
+        let _ = write!(out, ", {} Deleting", c.deleting);
+    }
+    let _ = writeln!(out);
     for p in &status.packages {
         let _ = write!(out, "\npackage {}", p.name);
         if let Some(v) = &p.version {

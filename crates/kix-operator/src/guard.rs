@@ -1,0 +1,150 @@
+//! What keeps an Active record's upkeep quiet and safe: the deletion budget
+//! (a prune over it changes nothing, sets a condition and an Event, and
+//! waits), the set of objects being deleted (reported when it changes, never
+//! deleted again), and status writes only when something changed.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kix_api::{Activation, ActivationStatus, DeletingObject};
+use kix_engine::plan::Plan;
+use kube::ResourceExt;
+use kube::runtime::events::EventType;
+
+use crate::controller::{Context, ReconcileError, event};
+
+/// The condition an Active record carries while its prune waits for consent.
+pub const CONDITION_DELETION_BUDGET: &str = "DeletionBudgetExceeded";
+
+/// The plan's deletions exceed the budget the record's receipt accepted:
+/// nothing is changed; the record says why (once) and the operator waits.
+pub async fn hold_for_budget(
+    ctx: &Context,
+    record: &Activation,
+    plan: &Plan,
+) -> Result<(), ReconcileError> {
+    let message = format!(
+        "pruning is on hold: this prune {}",
+        plan.deletion_budget.explain()
+    );
+    let mut status = record.status.clone().unwrap_or_default();
+    let newly = set_condition(&mut status, CONDITION_DELETION_BUDGET, Some(&message));
+    kix_engine::records::set_status_if_changed(&ctx.client, record, &status).await?;
+    if newly {
+        tracing::warn!("{message}");
+        event(
+            ctx,
+            record,
+            EventType::Warning,
+            CONDITION_DELETION_BUDGET,
+            message,
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// Nothing to apply: the record's deleting set follows the plan's (objects
+/// whose finalizers are done leave it), the budget condition is cleared, and
+/// the status is written only when that changed something.
+pub async fn settle_quiet(
+    ctx: &Context,
+    record: &Activation,
+    plan: &Plan,
+) -> Result<(), ReconcileError> {
+    let mut status = record.status.clone().unwrap_or_default();
+    let before = status.deleting.clone();
+    kix_engine::prune::set_deleting(&mut status, kix_engine::prune::deleting_in(plan));
+    set_condition(&mut status, CONDITION_DELETION_BUDGET, None);
+    set_condition(
+        &mut status,
+        crate::fights::CONDITION_DRIFT_FIGHT,
+        crate::fights::condition_message(ctx).as_deref(),
+    );
+    let after = status.deleting.clone();
+    if kix_engine::records::set_status_if_changed(&ctx.client, record, &status).await? {
+        report_deleting(ctx, record, &before, &after).await;
+    }
+    Ok(())
+}
+
+/// Clears the budget condition of a status about to be written.
+pub fn clear_budget(status: &mut ActivationStatus) {
+    set_condition(status, CONDITION_DELETION_BUDGET, None);
+}
+
+/// Events for the objects that started waiting on finalizers and for those
+/// that are gone since `before`.
+pub async fn report_deleting(
+    ctx: &Context,
+    record: &Activation,
+    before: &[DeletingObject],
+    after: &[DeletingObject],
+) {
+    let names = |list: &[DeletingObject]| -> Vec<kix_api::ObjectRef> {
+        list.iter().map(|d| d.object.clone()).collect()
+    };
+    let (was, is) = (names(before), names(after));
+    for waiting in after.iter().filter(|d| !was.contains(&d.object)) {
+        let waits = if waiting.finalizers.is_empty() {
+            "its deletion to finish".to_string()
+        } else {
+            format!("finalizers {}", waiting.finalizers.join(", "))
+        };
+        let since = waiting
+            .since
+            .map(|t| format!(" since {}", t.to_rfc3339()))
+            .unwrap_or_default();
+        event(
+            ctx,
+            record,
+            EventType::Warning,
+            "Deleting",
+            format!(
+                "{} is being deleted and waits for {waits}{since}; it is not deleted again",
+                waiting.object
+            ),
+        )
+        .await;
+    }
+    for gone in before.iter().filter(|d| !is.contains(&d.object)) {
+        event(
+            ctx,
+            record,
+            EventType::Normal,
+            "Deleted",
+            format!("{} is gone", gone.object),
+        )
+        .await;
+    }
+    if before != after {
+        tracing::info!(record = %record.name_any(), deleting = after.len(), "deleting set changed");
+    }
+}
+
+/// Sets (message given) or removes (None) the condition `type_`; returns
+/// whether it was newly set. A condition already set keeps its
+/// lastTransitionTime, so an unchanged state writes nothing.
+pub fn set_condition(status: &mut ActivationStatus, type_: &str, message: Option<&str>) -> bool {
+    let existing = status.conditions.iter().position(|c| c.type_ == type_);
+    match (message, existing) {
+        (None, Some(i)) => {
+            status.conditions.remove(i);
+            false
+        }
+        (None, None) => false,
+        (Some(message), Some(i)) => {
+            status.conditions[i].message = message.to_string();
+            false
+        }
+        (Some(message), None) => {
+            status.conditions.push(Condition {
+                type_: type_.to_string(),
+                status: "True".into(),
+                reason: type_.to_string(),
+                message: message.to_string(),
+                last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+                observed_generation: None,
+            });
+            true
+        }
+    }
+}
