@@ -378,10 +378,13 @@ async fn the_operator_backs_off_a_drift_fight_and_names_the_other_field_manager(
     let corrections = operator_requests(&operator, mark)
         .into_iter()
         .filter(|r| {
+            // A correction ends in a forced apply (the unforced one before
+            // it is refused: the fighter holds the field).
             r.verb == "patch"
                 && r.resource == "configmaps"
                 && r.name.as_deref() == Some("fought")
                 && !r.dry_run
+                && r.uri.contains("force=true")
         })
         .count();
     eprintln!("{rounds} changes by the fighter, {corrections} corrections by the operator");

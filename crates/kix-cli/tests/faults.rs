@@ -102,7 +102,7 @@ fn fault_tree(dir: &Path, name: &str, cluster: &str, namespace: &str, which: usi
 /// change rolls it out.
 fn deployment(name: &str, value: &str) -> String {
     format!(
-        "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers: [{{name: app, image: example.invalid/app:1, env: [{{name: BUILD, value: \"{value}\"}}]}}]\n"
+        "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers: [{{name: app, image: \"example.invalid/app:1\", env: [{{name: BUILD, value: \"{value}\"}}]}}]\n"
     )
 }
 

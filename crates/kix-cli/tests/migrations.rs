@@ -184,7 +184,7 @@ impl Drop for T {
 
 fn statefulset(app: &str) -> String {
     format!(
-        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: db}}\nspec:\n  replicas: 0\n  selector: {{matchLabels: {{app: {app}}}}}\n  template:\n    metadata: {{labels: {{app: {app}}}}}\n    spec: {{containers: [{{name: main, image: example.invalid/db:1}}]}}\n"
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: db}}\nspec:\n  replicas: 0\n  selector: {{matchLabels: {{app: {app}}}}}\n  template:\n    metadata: {{labels: {{app: {app}}}}}\n    spec: {{containers: [{{name: main, image: \"example.invalid/db:1\"}}]}}\n"
     )
 }
 

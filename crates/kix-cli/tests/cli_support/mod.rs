@@ -209,6 +209,6 @@ pub fn deployment(name: &str, schedulable: bool) -> String {
         "      nodeSelector: {kix-test: nowhere}\n"
     };
     format!(
-        "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n{placement}      containers: [{{name: app, image: example.invalid/app:1}}]\n"
+        "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n{placement}      containers: [{{name: app, image: \"example.invalid/app:1\"}}]\n"
     )
 }
