@@ -190,7 +190,7 @@ fn statefulset(app: &str) -> String {
 
 fn job(image: &str) -> String {
     format!(
-        "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: migrate}}\nspec:\n  suspend: true\n  template:\n    spec: {{restartPolicy: Never, containers: [{{name: main, image: {image}}}]}}\n"
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: migrate}}\nspec:\n  suspend: true\n  template:\n    spec: {{restartPolicy: Never, containers: [{{name: main, image: \"{image}\"}}]}}\n"
     )
 }
 
