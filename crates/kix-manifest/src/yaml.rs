@@ -361,6 +361,18 @@ impl<'a> Composer<'a> {
         }
     }
 
+    /// A `:` right after a plain scalar with no space behind it (`{v1:, v}`):
+    /// go-yaml v2 reads the colon as part of the scalar (`"v1:"`), this
+    /// parser as the indicator (found by fuzzing).
+    fn colon_glued_after(&self, span: &Span) -> bool {
+        let Some(end) = span.end.byte_offset() else {
+            return false;
+        };
+        let after = self.text.as_bytes().get(end..).unwrap_or_default();
+        after.first() == Some(&b':')
+            && !matches!(after.get(1), None | Some(b' ' | b'\t' | b'\r' | b'\n'))
+    }
+
     /// What go-yaml v2 reads differently in a scalar's source: `\/` in
     /// double quotes (unknown to it), `?` or `:` in a plain scalar in a flow
     /// collection (indicators there to it). Records block scalars
@@ -391,7 +403,9 @@ impl<'a> Composer<'a> {
                     ));
                 }
             }
-            ScalarStyle::Plain if self.flow > 0 && text.contains(['?', ':']) => {
+            ScalarStyle::Plain
+                if self.flow > 0 && (text.contains(['?', ':']) || self.colon_glued_after(span)) =>
+            {
                 return Err(self.error(
                     span,
                     format!(

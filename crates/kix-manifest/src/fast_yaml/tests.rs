@@ -430,3 +430,19 @@ fn generated_texts_take_the_fast_path() {
         "only {documents} of 500 documents on the fast path"
     );
 }
+
+/// YAML limits implicit keys to 1,024 characters: a longer key, quoted or
+/// not, in a block or a flow mapping, is the full reader's to refuse (found
+/// by fuzzing: the fast path read a 1,030-character quoted key in `{...}`).
+#[test]
+fn long_keys_are_left_to_the_full_reader() {
+    let long = "g".repeat(1030);
+    gives_up(&format!("a: {{\"{long}\": x}}\n"));
+    gives_up(&format!("a: {{'{long}': x}}\n"));
+    gives_up(&format!("a: {{{long}: x}}\n"));
+    gives_up(&format!("\"{long}\": x\n"));
+    gives_up(&format!("{long}: x\n"));
+    // Escapes count as written: 300 `\t` are 600 characters of key.
+    gives_up(&format!("\"{}\": x\n", "\\t".repeat(300)));
+    fast(&format!("a: {{\"{}\": x}}\n", "g".repeat(500)));
+}
