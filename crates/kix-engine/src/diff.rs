@@ -31,6 +31,9 @@ fn ignored(path: &str) -> bool {
             | "apiVersion"
             | "kind"
     ) || path.starts_with("metadata.annotations.kix.run/")
+        // kix's bookkeeping: a shared object carries the package of the
+        // cluster that applied it last.
+        || path == "metadata.labels.kix.run/package"
 }
 
 /// The changes from `old` to `new`. For Secrets, values under `data` and

@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kix_api::{ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, LEGACY_FIELD_MANAGER};
+use kix_api::{ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, LABEL_PACKAGE, LEGACY_FIELD_MANAGER};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value, json};
 
@@ -59,7 +59,8 @@ pub struct Contest {
 /// Who holds a contested field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Contender {
-    /// kix's digest and activations annotations: kix's, whoever wrote them last.
+    /// kix's digest and activations annotations and its package label:
+    /// kix's, whoever wrote them last.
     KixAnnotation,
     /// The single field manager of earlier kix versions.
     Legacy,
@@ -70,7 +71,8 @@ pub enum Contender {
 impl Contest {
     pub fn contender(&self) -> Contender {
         let annotation = |a: &str| self.field == format!("metadata.annotations.{a}");
-        if annotation(ANNOTATION_DIGEST) || annotation(ANNOTATION_ACTIVATIONS) {
+        let label = self.field == format!("metadata.labels.{LABEL_PACKAGE}");
+        if annotation(ANNOTATION_DIGEST) || annotation(ANNOTATION_ACTIVATIONS) || label {
             Contender::KixAnnotation
         } else if self.manager == LEGACY_FIELD_MANAGER {
             Contender::Legacy
@@ -243,8 +245,9 @@ pub fn owned_fields<'a>(object: &'a Value, manager: &str) -> Option<&'a Map<Stri
         .and_then(|e| e.fields)
 }
 
-/// A field set without kix's digest and activations annotations, which the
-/// Kix clusters sharing an object take from each other by design.
+/// A field set without kix's digest and activations annotations and its
+/// package label, which the Kix clusters sharing an object take from each
+/// other by design.
 pub fn without_bookkeeping(fields: &Map<String, Value>) -> Map<String, Value> {
     let mut fields = fields.clone();
     let Some(metadata) = fields.get_mut("f:metadata").and_then(Value::as_object_mut) else {
@@ -261,6 +264,10 @@ pub fn without_bookkeeping(fields: &Map<String, Value>) -> Map<String, Value> {
         if annotations.keys().all(|k| k == ".") {
             metadata.remove("f:annotations");
         }
+    }
+    // Each cluster labels a shared object with its own package's name.
+    if let Some(labels) = metadata.get_mut("f:labels").and_then(Value::as_object_mut) {
+        labels.remove(&format!("f:{LABEL_PACKAGE}"));
     }
     if metadata.is_empty() {
         fields.remove("f:metadata");

@@ -161,6 +161,36 @@ async fn two_kix_clusters_share_identical_fields_and_keep_their_own() {
     kit.cleanup().await;
 }
 
+/// The package label is kix's bookkeeping, like the digest: two Kix
+/// clusters declaring one Namespace in packages of different names share it
+/// (found by the NixOS bootstrap test: the operator's own cluster and the
+/// user's both declare the operator's Namespace).
+#[tokio::test]
+async fn two_kix_clusters_share_an_object_from_packages_of_different_names() {
+    let kit = Kit::new("own-pkgs").await;
+    let a = kit.cluster().to_string();
+    let b = format!("{a}-b");
+    let built_a = kit.build(&[Pkg::new("base", &[configmap("shared", &[("k", "v")])])]);
+    let built_b = kit.build_for(
+        &b,
+        &[Pkg::new("operator", &[configmap("shared", &[("k", "v")])])],
+    );
+    kit.deploy(&built_a).await;
+    let plan = kit.plan(&built_b, &pruning()).await;
+    assert!(plan.conflicts().is_empty(), "{:?}", plan.conflicts());
+    let deployed = kit.deploy(&built_b).await;
+    assert!(deployed.is_success(), "{deployed:?}");
+    // Neither rewrites it for the other's package label.
+    for built in [&built_a, &built_b] {
+        let again = kit.deploy(built).await;
+        assert!(again.no_op, "{again:?}");
+    }
+    let live = kit.get("v1", "ConfigMap", "shared").await.expect("shared");
+    assert_eq!(live["data"], json!({"k": "v"}), "{live:#}");
+    cleanup_cluster(&kit.env.client, &b).await;
+    kit.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_change_by_another_manager_is_drift_named_after_it() {
     let kit = Kit::new("own-drift-named").await;
