@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use kix_engine::deploy::Event;
+use kix_engine::order::Group;
 use kix_engine::plan::Plan;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::JoinHandle;
@@ -175,7 +176,7 @@ fn bars(mut rx: UnboundedReceiver<Event>) {
         .unwrap_or_else(|_| ProgressStyle::default_bar());
     let failed = ProgressStyle::with_template("{prefix:.red.bold} {msg}")
         .unwrap_or_else(|_| ProgressStyle::default_bar());
-    let mut groups: HashMap<String, ProgressBar> = HashMap::new();
+    let mut groups: HashMap<Group, ProgressBar> = HashMap::new();
     let mut prune: Option<ProgressBar> = None;
     let verbose = verbosity().verbose > 0;
     while let Some(event) = rx.blocking_recv() {
@@ -186,7 +187,7 @@ fn bars(mut rx: UnboundedReceiver<Event>) {
             Event::GroupStarted { group, objects } => {
                 let bar = multi.add(ProgressBar::new(*objects as u64));
                 bar.set_style(running.clone());
-                bar.set_prefix(group.clone());
+                bar.set_prefix(group.to_string());
                 bar.set_message("applying");
                 bar.enable_steady_tick(Duration::from_millis(120));
                 groups.insert(group.clone(), bar);

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use kix_api::Phase;
 use kix_engine::deploy::Event;
-use kix_engine::plan::{Action, Counts, Plan};
+use kix_engine::order;
+use kix_engine::plan::{Action, Counts, Plan, PlannedObject};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -47,7 +48,7 @@ enum GroupState {
 
 #[derive(Debug, Clone)]
 struct Group {
-    name: String,
+    name: order::Group,
     /// Objects the plan writes in this group.
     writes: usize,
     applied: usize,
@@ -74,25 +75,24 @@ pub struct Model {
     finished: Option<(Phase, String)>,
 }
 
-const CRDS: &str = "CustomResourceDefinitions";
-const NAMESPACES: &str = "Namespaces";
-
 impl Model {
     /// The groups in the engine's order, from the plan.
     pub fn from_plan(plan: &Plan, verb: &str) -> Model {
-        let is_crd = |k: &kix_manifest::ObjectKey| {
-            k.kind == "CustomResourceDefinition" && k.group == "apiextensions.k8s.io"
-        };
-        let is_ns = |k: &kix_manifest::ObjectKey| k.kind == "Namespace" && k.group.is_empty();
-        let objects: Vec<_> = plan.packages.iter().flat_map(|p| &p.objects).collect();
-        let writes = |f: &dyn Fn(&kix_manifest::ObjectKey) -> bool| {
-            objects
-                .iter()
-                .filter(|o| f(&o.key) && o.action != Action::Unchanged)
-                .count()
-        };
+        let objects: Vec<(&PlannedObject, order::Group)> = plan
+            .packages
+            .iter()
+            .flat_map(|p| {
+                p.objects
+                    .iter()
+                    .map(|o| (o, order::Group::of(&o.key, &p.name)))
+            })
+            .collect();
         let mut groups = Vec::new();
-        let mut push = |name: String, count: usize, present: bool| {
+        let mut push = |name: order::Group, present: bool| {
+            let count = objects
+                .iter()
+                .filter(|(o, g)| *g == name && o.action != Action::Unchanged)
+                .count();
             if present {
                 groups.push(Group {
                     name,
@@ -109,23 +109,12 @@ impl Model {
                 });
             }
         };
-        push(
-            CRDS.into(),
-            writes(&is_crd),
-            objects.iter().any(|o| is_crd(&o.key)),
-        );
-        push(
-            NAMESPACES.into(),
-            writes(&is_ns),
-            objects.iter().any(|o| is_ns(&o.key)),
-        );
+        for name in [order::Group::Crds, order::Group::Namespaces] {
+            let present = objects.iter().any(|(_, g)| *g == name);
+            push(name, present);
+        }
         for package in &plan.packages {
-            let count = package
-                .objects
-                .iter()
-                .filter(|o| !is_crd(&o.key) && !is_ns(&o.key) && o.action != Action::Unchanged)
-                .count();
-            push(format!("package {}", package.name), count, true);
+            push(order::Group::Package(package.name.clone()), true);
         }
         let changes = plan
             .objects()
@@ -152,8 +141,8 @@ impl Model {
         }
     }
 
-    fn group(&mut self, name: &str) -> Option<&mut Group> {
-        self.groups.iter_mut().find(|g| g.name == name)
+    fn group(&mut self, name: &order::Group) -> Option<&mut Group> {
+        self.groups.iter_mut().find(|g| g.name == *name)
     }
 
     /// Takes in one event, `at` the time since the view started.
@@ -383,7 +372,7 @@ impl Model {
         let name_width = self
             .groups
             .iter()
-            .map(|g| g.name.chars().count())
+            .map(|g| g.name.to_string().chars().count())
             .max()
             .unwrap_or(0)
             .min(28);
@@ -431,7 +420,7 @@ impl Model {
         let name_width = self
             .groups
             .iter()
-            .map(|g| g.name.chars().count())
+            .map(|g| g.name.to_string().chars().count())
             .max()
             .unwrap_or(0);
         let mut out = String::new();
@@ -682,14 +671,14 @@ mod tests {
             (
                 0.2,
                 Event::GroupStarted {
-                    group: "package db".into(),
+                    group: order::Group::Package("db".into()),
                     objects: 1,
                 },
             ),
             (
                 0.3,
                 Event::Applied {
-                    group: "package db".into(),
+                    group: order::Group::Package("db".into()),
                     key: "ConfigMap data/db-config".into(),
                     action: Action::Update,
                 },
@@ -697,21 +686,21 @@ mod tests {
             (
                 0.4,
                 Event::Healthy {
-                    group: "package db".into(),
+                    group: order::Group::Package("db".into()),
                     elapsed_ms: 200,
                 },
             ),
             (
                 0.5,
                 Event::GroupStarted {
-                    group: "package web".into(),
+                    group: order::Group::Package("web".into()),
                     objects: 3,
                 },
             ),
             (
                 0.6,
                 Event::Applied {
-                    group: "package web".into(),
+                    group: order::Group::Package("web".into()),
                     key: "ConfigMap web/web-config".into(),
                     action: Action::Create,
                 },
@@ -719,7 +708,7 @@ mod tests {
             (
                 0.7,
                 Event::Applied {
-                    group: "package web".into(),
+                    group: order::Group::Package("web".into()),
                     key: "Service web/web".into(),
                     action: Action::Create,
                 },
@@ -727,7 +716,7 @@ mod tests {
             (
                 0.8,
                 Event::Applied {
-                    group: "package web".into(),
+                    group: order::Group::Package("web".into()),
                     key: "Deployment.apps web/web".into(),
                     action: Action::Update,
                 },
@@ -735,7 +724,7 @@ mod tests {
             (
                 0.9,
                 Event::Waiting {
-                    group: "package web".into(),
+                    group: order::Group::Package("web".into()),
                     pending: vec!["Deployment web/web".into()],
                 },
             ),
@@ -759,14 +748,14 @@ mod tests {
             (
                 0.2,
                 Event::GroupStarted {
-                    group: "package db".into(),
+                    group: order::Group::Package("db".into()),
                     objects: 1,
                 },
             ),
             (
                 0.3,
                 Event::ApplyFailed {
-                    group: "package db".into(),
+                    group: order::Group::Package("db".into()),
                     key: "ConfigMap data/db-config".into(),
                     error: "forbidden".into(),
                 },
@@ -774,14 +763,14 @@ mod tests {
             (
                 5.0,
                 Event::Unhealthy {
-                    group: "package db".into(),
+                    group: order::Group::Package("db".into()),
                     reasons: vec!["ConfigMap data/db-config failed".into()],
                 },
             ),
             (
                 5.0,
                 Event::Skipped {
-                    group: "package web".into(),
+                    group: order::Group::Package("web".into()),
                     reason: "package db is not healthy".into(),
                 },
             ),

@@ -22,6 +22,7 @@ use crate::desired::Desired;
 use crate::error::{EngineError, Result};
 use crate::health::health;
 use crate::lease::{DeployLease, LeaseOptions};
+use crate::order::{Group, Order, Step};
 use crate::ownership;
 use crate::plan::{Action, Plan, PlannedObject, api_for, applied_manifest};
 use crate::records;
@@ -148,33 +149,33 @@ pub enum Event {
         activation: String,
     },
     GroupStarted {
-        group: String,
+        group: Group,
         objects: usize,
     },
     Applied {
-        group: String,
+        group: Group,
         key: String,
         action: Action,
     },
     ApplyFailed {
-        group: String,
+        group: Group,
         key: String,
         error: String,
     },
     Waiting {
-        group: String,
+        group: Group,
         pending: Vec<String>,
     },
     Healthy {
-        group: String,
+        group: Group,
         elapsed_ms: u64,
     },
     Unhealthy {
-        group: String,
+        group: Group,
         reasons: Vec<String>,
     },
     Skipped {
-        group: String,
+        group: Group,
         reason: String,
     },
     Pruned {
@@ -559,78 +560,28 @@ async fn run(
     let deadline = started + options.timeout;
     let mut state = RunState::default();
 
-    // Group order: CRDs, Namespaces, then each package (dependency order).
     let planned: BTreeMap<&ObjectKey, &PlannedObject> = plan
         .packages
         .iter()
         .flat_map(|p| &p.objects)
         .map(|o| (&o.key, o))
         .collect();
-    let mut groups: Vec<(String, Vec<&Desired>, Vec<String>)> = Vec::new();
-    let crds: Vec<&Desired> = plan.desired.iter().filter(|d| d.is_crd()).collect();
-    let namespaces: Vec<&Desired> = plan.desired.iter().filter(|d| d.is_namespace()).collect();
-    if !crds.is_empty() {
-        groups.push(("CustomResourceDefinitions".into(), crds, vec![]));
-    }
-    if !namespaces.is_empty() {
-        groups.push(("Namespaces".into(), namespaces, vec![]));
-    }
-    for package in &build.packages {
-        let objects: Vec<&Desired> = plan
-            .desired
-            .iter()
-            .filter(|d| d.package == package.name && !d.is_crd() && !d.is_namespace())
-            .collect();
-        groups.push((
-            format!("package {}", package.name),
-            objects,
-            package
-                .depends_on
-                .iter()
-                .map(|d| format!("package {d}"))
-                .collect(),
-        ));
-    }
-
-    let mut failed_groups: BTreeSet<String> = BTreeSet::new();
+    let order = Order::of(&build.packages, &plan.desired);
+    let mut failed_groups: BTreeSet<Group> = BTreeSet::new();
     let mut aborted = false;
-    // Waves: CRDs, Namespaces, then the packages by dependency depth (a
-    // package's wave comes after the waves of everything it depends on). The
-    // groups of one wave apply and wait for health concurrently; one
+    // The groups of one wave apply and wait for health concurrently; one
     // semaphore bounds the applies in flight across them.
-    let first_package_wave = groups
-        .iter()
-        .filter(|(group, _, _)| !group.starts_with("package "))
-        .count();
-    let mut depth: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut waves: Vec<Vec<usize>> = Vec::new();
-    for (i, (group, _, deps)) in groups.iter().enumerate() {
-        // Packages come in dependency order: their dependencies' waves are known.
-        let wave = if group.starts_with("package ") {
-            deps.iter()
-                .filter_map(|d| depth.get(d.as_str()))
-                .map(|w| w + 1)
-                .max()
-                .unwrap_or(first_package_wave)
-                .max(first_package_wave)
-        } else {
-            i
-        };
-        depth.insert(group.as_str(), wave);
-        if waves.len() <= wave {
-            waves.resize(wave + 1, Vec::new());
-        }
-        waves[wave].push(i);
-    }
     let permits = tokio::sync::Semaphore::new(options.concurrency.max(1));
-    for wave in waves {
+    for wave in &order.waves {
         if aborted {
             break;
         }
         let mut runnable = Vec::new();
-        for i in wave {
-            let (group, _, deps) = &groups[i];
-            if let Some(dep) = deps.iter().find(|d| failed_groups.contains(*d)) {
+        for &i in wave {
+            let Step {
+                group, depends_on, ..
+            } = &order.steps[i];
+            if let Some(dep) = depends_on.iter().find(|d| failed_groups.contains(*d)) {
                 emit(
                     options,
                     Event::Skipped {
@@ -654,13 +605,13 @@ async fn run(
         // the objects of the whole wave at once.
         let mut migrated = Vec::with_capacity(runnable.len());
         for &i in &runnable {
-            let group = &groups[i].0;
+            let group = &order.steps[i].group;
             packages.begin(plan, group).await?;
             migrated.push(crate::migrations::run_group(client, plan, group, deadline).await);
         }
         let mut applies = Vec::with_capacity(runnable.len());
         for (&i, migrated) in runnable.iter().zip(&migrated) {
-            let (group, objects, _) = &groups[i];
+            let Step { group, objects, .. } = &order.steps[i];
             let planned = &planned;
             let permits = &permits;
             applies.push(async move {
@@ -687,7 +638,7 @@ async fn run(
         }
         let results = futures::future::join_all(applies).await;
         for (i, ok, group_state) in results {
-            let group = &groups[i].0;
+            let group = &order.steps[i].group;
             let mark = state.messages.len();
             state.applied += group_state.applied;
             state.failed += group_state.failed;
@@ -801,7 +752,7 @@ pub(crate) struct RunState {
 /// with what happened to the group's objects.
 async fn apply_group(
     client: &Client,
-    group: &str,
+    group: &Group,
     objects: &[&Desired],
     planned: &BTreeMap<&ObjectKey, &PlannedObject>,
     options: &DeployOptions,
@@ -840,18 +791,14 @@ async fn apply_group(
         emit(
             options,
             Event::GroupStarted {
-                group: group.to_string(),
+                group: group.clone(),
                 objects: writes.len(),
             },
         );
     }
     let started = Instant::now();
     let mut ok = true;
-    let mut ranks: BTreeMap<u8, Vec<(&Desired, &PlannedObject)>> = BTreeMap::new();
-    for w in writes {
-        ranks.entry(w.0.rank).or_default().push(w);
-    }
-    for (_, batch) in ranks {
+    for batch in crate::order::apply_batches(writes, |(d, _)| d.rank) {
         let results: Vec<(
             &Desired,
             &PlannedObject,
@@ -873,7 +820,7 @@ async fn apply_group(
                     emit(
                         options,
                         Event::Applied {
-                            group: group.to_owned(),
+                            group: group.clone(),
                             key: d.key.to_string(),
                             action: p.action,
                         },
@@ -895,7 +842,7 @@ async fn apply_group(
                     emit(
                         options,
                         Event::ApplyFailed {
-                            group: group.to_owned(),
+                            group: group.clone(),
                             key: d.key.to_string(),
                             error,
                         },
@@ -912,7 +859,7 @@ async fn apply_group(
             emit(
                 options,
                 Event::Waiting {
-                    group: group.to_string(),
+                    group: group.clone(),
                     pending: to_wait.iter().map(target_name).collect(),
                 },
             );
@@ -947,7 +894,7 @@ async fn apply_group(
                 emit(
                     options,
                     Event::Unhealthy {
-                        group: group.to_string(),
+                        group: group.clone(),
                         reasons,
                     },
                 );
@@ -965,7 +912,7 @@ async fn apply_group(
         emit(
             options,
             Event::Healthy {
-                group: group.to_string(),
+                group: group.clone(),
                 elapsed_ms: started.elapsed().as_millis() as u64,
             },
         );

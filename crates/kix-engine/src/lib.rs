@@ -21,6 +21,7 @@ pub mod health;
 pub mod lease;
 pub mod live;
 pub mod migrations;
+pub mod order;
 pub mod ownership;
 pub mod packages;
 pub mod plan;

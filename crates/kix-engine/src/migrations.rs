@@ -67,6 +67,7 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use crate::desired::DEFAULT_NAMESPACE;
+use crate::order::Group;
 use crate::plan::{Action, PackagePlan, Plan};
 use crate::resources::{Resources, Served};
 
@@ -279,33 +280,28 @@ impl fmt::Display for MigrationFailure {
 
 /// The deploy group whose start runs `action` of `m`: the CRD or Namespace
 /// group for a CRD or Namespace of the build, else the package's group.
-fn group_for(plan: &Plan, m: &PlannedMigration, action: &MigrationAction) -> String {
+fn group_for(plan: &Plan, m: &PlannedMigration, action: &MigrationAction) -> Group {
     let in_build = plan
         .desired
         .iter()
         .find(|d| refers_to(&action.object, m.namespace.as_deref(), &d.key));
-    match in_build {
-        Some(d) if d.is_crd() => "CustomResourceDefinitions".to_owned(),
-        Some(d) if d.is_namespace() => "Namespaces".to_owned(),
-        _ => format!("package {}", m.package),
-    }
+    Group::of_migration(in_build.map(|d| &d.key), &m.package)
 }
 
 /// Runs, in order, the actions of the plan's crossed migrations that belong
-/// to the deploy group `group` (`package <name>`, `CustomResourceDefinitions`,
-/// `Namespaces`). Waits for deletions end at `deadline`. Returns what was
-/// done, one line per action.
+/// to the deploy group `group`. Waits for deletions end at `deadline`.
+/// Returns what was done, one line per action.
 pub async fn run_group(
     client: &Client,
     plan: &Plan,
-    group: &str,
+    group: &Group,
     deadline: Instant,
 ) -> Result<Vec<String>, MigrationFailure> {
     let mut done = Vec::new();
     let mut resources = Resources::new(client.clone());
     for m in &plan.migrations {
         for action in &m.actions {
-            if group_for(plan, m, action) != group {
+            if group_for(plan, m, action) != *group {
                 continue;
             }
             let failure = |error: String| MigrationFailure {

@@ -36,6 +36,7 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use crate::error::{EngineError, Result};
+use crate::order::Group;
 use crate::plan::{Action, Plan};
 use crate::records;
 
@@ -191,8 +192,8 @@ impl PackageRecords {
 
     /// The deploy reaches `group`: a package with something to do becomes
     /// Installing or Upgrading.
-    pub async fn begin(&mut self, plan: &Plan, group: &str) -> Result<()> {
-        let Some(package) = group.strip_prefix("package ") else {
+    pub async fn begin(&mut self, plan: &Plan, group: &Group) -> Result<()> {
+        let Some(package) = group.package() else {
             return Ok(());
         };
         let Some(pi) = self.records.get(package).cloned() else {
@@ -247,11 +248,11 @@ impl PackageRecords {
     pub async fn finish(
         &mut self,
         plan: &Plan,
-        group: &str,
+        group: &Group,
         result: GroupResult,
         messages: &[String],
     ) -> Result<()> {
-        let Some(package) = group.strip_prefix("package ") else {
+        let Some(package) = group.package() else {
             return Ok(());
         };
         let Some(pi) = self.records.get(package).cloned() else {

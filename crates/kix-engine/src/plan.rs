@@ -503,11 +503,7 @@ pub async fn plan(
             })
             .collect();
         // Deletions run in reverse apply order.
-        candidates.sort_by(|a, b| {
-            let ra = kix_manifest::kind_rank(&a.key.group, &a.key.kind);
-            let rb = kix_manifest::kind_rank(&b.key.group, &b.key.kind);
-            rb.cmp(&ra).then_with(|| a.key.cmp(&b.key))
-        });
+        candidates.sort_by(|a, b| crate::order::prune_order(&a.key, &b.key));
         for l in candidates {
             let others: BTreeSet<String> = l
                 .activations

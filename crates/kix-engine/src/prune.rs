@@ -52,7 +52,7 @@ pub(crate) async fn prune(
     // Resolve the kinds first (cached discovery), then delete rank by rank
     // (work is in reverse apply order), each rank bounded-parallel like the
     // applies.
-    let mut resolved: Vec<(&PlannedObject, kube::Api<kube::api::DynamicObject>, u8)> =
+    let mut resolved: Vec<(&PlannedObject, kube::Api<kube::api::DynamicObject>)> =
         Vec::with_capacity(work.len());
     for o in work {
         let Some(resource) = resources.get(&o.api_version, &o.key.kind).await? else {
@@ -62,20 +62,9 @@ pub(crate) async fn prune(
             Some(ns) => kube::Api::namespaced_with(client.clone(), ns, &resource.api),
             None => kube::Api::all_with(client.clone(), &resource.api),
         };
-        let rank = kix_manifest::kind_rank(&o.key.group, &o.key.kind);
-        resolved.push((o, api, rank));
+        resolved.push((o, api));
     }
-    let mut batches: Vec<Vec<(&PlannedObject, kube::Api<kube::api::DynamicObject>)>> = Vec::new();
-    let mut last_rank = None;
-    for (o, api, rank) in resolved {
-        if last_rank != Some(rank) {
-            batches.push(Vec::new());
-            last_rank = Some(rank);
-        }
-        if let Some(batch) = batches.last_mut() {
-            batch.push((o, api));
-        }
-    }
+    let batches = crate::order::prune_batches(resolved, |(o, _)| &o.key);
     for batch in batches {
         let mut deletions = Vec::with_capacity(batch.len());
         for (o, api) in batch {

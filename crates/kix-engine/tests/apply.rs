@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use kix_engine::deploy::Event;
+use kix_engine::order::Group;
 use kix_testkit::audit;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::json;
@@ -125,7 +126,9 @@ async fn order_crds_namespaces_then_packages_by_dependency_once_healthy() {
     // b started only once a was healthy.
     let healthy_a = events
         .iter()
-        .position(|e| matches!(e, Event::Healthy { group, .. } if group == "package a"))
+        .position(
+            |e| matches!(e, Event::Healthy { group, .. } if *group == Group::Package("a".into())),
+        )
         .unwrap_or_else(|| panic!("package a never healthy: {events:#?}"));
     let applied_b = events
         .iter()
@@ -170,15 +173,15 @@ async fn independent_packages_deploy_together_and_dependents_wait() {
     };
     let healthy_a = position(
         "package a healthy",
-        &|e| matches!(e, Event::Healthy { group, .. } if group == "package a"),
+        &|e| matches!(e, Event::Healthy { group, .. } if *group == Group::Package("a".into())),
     );
     let applied_b = position(
         "b-cfg applied",
-        &|e| matches!(e, Event::Applied { group, key, .. } if group == "package b" && key.contains("b-cfg")),
+        &|e| matches!(e, Event::Applied { group, key, .. } if *group == Group::Package("b".into()) && key.contains("b-cfg")),
     );
     let applied_c = position(
         "c-cfg applied",
-        &|e| matches!(e, Event::Applied { group, key, .. } if group == "package c" && key.contains("c-cfg")),
+        &|e| matches!(e, Event::Applied { group, key, .. } if *group == Group::Package("c".into()) && key.contains("c-cfg")),
     );
     // The Deployment takes the controllers a while; b does not wait for it.
     assert!(applied_b < healthy_a, "b applies beside a: {events:#?}");
