@@ -268,42 +268,178 @@ pub struct PlanOptions {
 /// resource, whether it is namespaced, and the namespaces to look in.
 type MissingKind = (kube::discovery::ApiResource, bool, BTreeSet<Option<String>>);
 
+/// A kind to list: its resource and whether it is namespaced, by (group, kind).
+type KindList = BTreeMap<(String, String), (kube::discovery::ApiResource, bool)>;
+
 /// How many dry-runs run at once. Each is a round trip the apiserver spends
 /// little CPU on: at 5,000 objects with 500 changes, 32 planned faster than
 /// 16 (bench/notes.md); kix's default apply concurrency is 32 too.
 const DRY_RUN_CONCURRENCY: usize = 32;
 
-/// Plans `build` (read from `store_path`) against the live cluster.
+/// Plans `build` (read from `store_path`) against the live cluster. Stages:
+/// the records → the desired objects → the live state → classify → dry-run
+/// what would be written → packages and migrations → prune → counts and seal.
 pub async fn plan(
     client: &Client,
     build: &Build,
     store_path: &str,
     options: &PlanOptions,
 ) -> Result<Plan> {
-    let cluster = build.cluster.clone();
-    let manager = kix_api::field_manager(&cluster);
     let kix_crds = records::crds_status(client).await?;
     let all_records = records::list_all(client).await?;
-    let clusters = activation_clusters(&all_records);
-    let current = records::current(&all_records, &cluster);
-    let activation = options.activation.clone().unwrap_or_else(|| {
-        Activation::name_for(&cluster, records::next_sequence(&all_records, &cluster))
-    });
-
+    let ctx = Ctx::new(&build.cluster, &all_records, options);
     let mut resources = Resources::new(client.clone());
     let desired = desired_objects(build, &mut resources).await?;
-    let kinds: Vec<String> = desired
+    let observed = observe(
+        client,
+        &desired,
+        &all_records,
+        &ctx,
+        &mut resources,
+        options,
+    )
+    .await?;
+    let first_pass = desired
+        .iter()
+        .map(|d| classify(d, &observed, &ctx, options))
+        .collect();
+    let checked = dry_run_all(client, first_pass, &desired, &observed, &ctx, options).await?;
+    let mut packages = by_package(build, checked);
+    let migrations = migrations_crossed(client, build, &mut packages, &ctx).await?;
+    let mut prune = if options.prune {
+        prune_candidates(&desired, &observed.live, &ctx)
+    } else {
+        Vec::new()
+    };
+    crate::contents::count(client, &mut prune).await?;
+    let current = records::current(&all_records, &ctx.cluster);
+    let counts = count(packages.iter().flat_map(|p| &p.objects).chain(&prune));
+    let deletion_budget = crate::budget::BudgetCheck::of(build.settings.deletion_budget, &counts);
+    let mut plan = Plan {
+        store_path: store_path.to_string(),
+        current_activation: current.and_then(|c| c.metadata.name.clone()),
+        current_path: current.map(|c| c.spec.source.path.clone()),
+        current_phase: current.and_then(|c| c.phase()),
+        kix_crds,
+        counts,
+        packages,
+        prune,
+        digest: String::new(),
+        kinds: kinds_of(&desired),
+        deletion_budget,
+        migrations,
+        desired,
+        options: options.clone(),
+        cluster: ctx.cluster,
+        activation: ctx.activation,
+    };
+    plan.digest = crate::seal::digest(&plan);
+    Ok(plan)
+}
+
+/// Who plans, read from the records once: every stage asks which
+/// activations are this cluster's.
+struct Ctx {
+    cluster: String,
+    manager: String,
+    /// The Kix cluster of every record, by record name.
+    clusters: BTreeMap<String, String>,
+    /// The record the deploy of this plan writes.
+    activation: String,
+}
+
+impl Ctx {
+    fn new(cluster: &str, all_records: &[Activation], options: &PlanOptions) -> Ctx {
+        let activation = options.activation.clone().unwrap_or_else(|| {
+            Activation::name_for(cluster, records::next_sequence(all_records, cluster))
+        });
+        Ctx {
+            cluster: cluster.to_owned(),
+            manager: kix_api::field_manager(cluster),
+            clusters: activation_clusters(all_records),
+            activation,
+        }
+    }
+
+    /// Whether `activation` (an entry of an object's annotation) is this
+    /// cluster's.
+    fn mine(&self, activation: &str) -> bool {
+        belongs_to(activation, &self.cluster, &self.clusters)
+    }
+}
+
+/// The live state a plan compares the build with.
+struct Observed {
+    /// kix's objects of the kinds listed (labelled).
+    live: HashMap<ObjectKey, Live>,
+    /// Objects a desired one names that kix does not own: adopted.
+    unlabelled: HashMap<ObjectKey, Live>,
+    /// Full live objects, read in reconcile mode only.
+    full: HashMap<ObjectKey, Value>,
+}
+
+impl Observed {
+    /// The live object an object's dry-run diff is read at least as new as.
+    fn listed_version(&self, key: &ObjectKey) -> Option<&str> {
+        self.live
+            .get(key)
+            .or_else(|| self.unlabelled.get(key))
+            .and_then(|l| l.resource_version.as_deref())
+    }
+}
+
+/// The kinds of the build (apiVersion/Kind), recorded so a later prune knows
+/// which kinds to list.
+fn kinds_of(desired: &[Desired]) -> Vec<String> {
+    desired
         .iter()
         .map(|d| format!("{}/{}", d.api_version, d.key.kind))
         .collect::<BTreeSet<_>>()
         .into_iter()
-        .collect();
+        .collect()
+}
 
-    // Kinds to list: the build's, plus those this cluster's records name (so
-    // objects of a kind the build dropped entirely are still pruned).
-    let mut kind_list: BTreeMap<(String, String), (kube::discovery::ApiResource, bool)> =
-        BTreeMap::new();
-    for d in &desired {
+/// Reads the live state: one LIST per kind, the unlabelled objects a
+/// desired one names, and in reconcile mode the full objects.
+async fn observe(
+    client: &Client,
+    desired: &[Desired],
+    all_records: &[Activation],
+    ctx: &Ctx,
+    resources: &mut Resources,
+    options: &PlanOptions,
+) -> Result<Observed> {
+    let kinds = kinds_to_list(desired, all_records, ctx, resources).await?;
+    let live = list_kinds(
+        client,
+        kinds.into_values().collect(),
+        Some(&kix_api::labels::managed_selector()),
+    )
+    .await?;
+    let unlabelled = unlabelled_named(client, desired, &live).await?;
+    // Reconcile mode reads the full live objects of the kinds it compares.
+    let full = if options.reconcile {
+        fetch_full(client, desired, &live).await?
+    } else {
+        HashMap::new()
+    };
+    Ok(Observed {
+        live,
+        unlabelled,
+        full,
+    })
+}
+
+/// Kinds to list: the build's, plus those this cluster's records name (so
+/// objects of a kind the build dropped entirely are still pruned).
+async fn kinds_to_list(
+    desired: &[Desired],
+    all_records: &[Activation],
+    ctx: &Ctx,
+    resources: &mut Resources,
+) -> Result<KindList> {
+    let mut kind_list = KindList::new();
+    for d in desired {
         if d.resource.served == Served::Yes {
             kind_list.insert(
                 (d.resource.api.group.clone(), d.key.kind.clone()),
@@ -311,7 +447,7 @@ pub async fn plan(
             );
         }
     }
-    for record in records::of_cluster(&all_records, &cluster) {
+    for record in records::of_cluster(all_records, &ctx.cluster) {
         for kind in record.status.iter().flat_map(|s| &s.kinds) {
             let Some((api_version, kind)) = kind.rsplit_once('/') else {
                 continue;
@@ -327,16 +463,18 @@ pub async fn plan(
             }
         }
     }
-    let live = list_kinds(
-        client,
-        kind_list.into_values().collect(),
-        Some(&kix_api::labels::managed_selector()),
-    )
-    .await?;
+    Ok(kind_list)
+}
 
-    // Desired objects with no owned live counterpart: created or adopted.
+/// Desired objects with no owned live counterpart: created or adopted. Lists
+/// their kinds in their namespaces, without kix's selector.
+async fn unlabelled_named(
+    client: &Client,
+    desired: &[Desired],
+    live: &HashMap<ObjectKey, Live>,
+) -> Result<HashMap<ObjectKey, Live>> {
     let mut missing: BTreeMap<(String, String), MissingKind> = BTreeMap::new();
-    for d in &desired {
+    for d in desired {
         let owned = live.get(&d.key).is_some_and(|l| l.owned);
         if !owned && d.resource.served == Served::Yes {
             missing
@@ -356,117 +494,136 @@ pub async fn plan(
     for (resource, namespaced, namespaces) in missing.into_values() {
         unlabelled.extend(list_unlabelled(client, &resource, namespaced, &namespaces).await?);
     }
+    Ok(unlabelled)
+}
 
-    // Reconcile mode reads the full live objects of the kinds it compares.
-    let full = if options.reconcile {
-        fetch_full(client, &desired, &live).await?
+/// The first guess at a desired object's action, from the LISTs alone:
+/// create, adopt, update or unchanged (digest, drift, legacy manager).
+fn classify(d: &Desired, observed: &Observed, ctx: &Ctx, options: &PlanOptions) -> PlannedObject {
+    let (action, mut activations, note, legacy) =
+        match observed.live.get(&d.key).filter(|l| l.owned) {
+            Some(l) => {
+                let (action, note, legacy) = compare_owned(d, l, observed, ctx, options);
+                (action, l.activations.clone(), note, legacy)
+            }
+            None if observed.unlabelled.contains_key(&d.key)
+                || observed.live.contains_key(&d.key) =>
+            {
+                (Action::Adopt, BTreeSet::new(), None, Legacy::None)
+            }
+            None => (Action::Create, BTreeSet::new(), None, Legacy::None),
+        };
+    if action != Action::Unchanged {
+        // This cluster's entry becomes the new activation; other clusters' stay.
+        activations.retain(|a| !ctx.mine(a));
+        activations.insert(ctx.activation.clone());
+    }
+    PlannedObject {
+        key: d.key.clone(),
+        api_version: d.api_version.clone(),
+        package: d.package.clone(),
+        action,
+        changes: vec![],
+        fields: vec![],
+        destructive: false,
+        note,
+        warnings: vec![],
+        contenders: vec![],
+        takes_with_it: None,
+        deletion: None,
+        activations,
+        legacy,
+    }
+}
+
+/// A desired object kix owns: unchanged when its digest is this cluster's
+/// and nothing drifted (reconcile) and no legacy manager is left; else an
+/// update, with a note saying why when it is not the content.
+fn compare_owned(
+    d: &Desired,
+    l: &Live,
+    observed: &Observed,
+    ctx: &Ctx,
+    options: &PlanOptions,
+) -> (Action, Option<String>, Legacy) {
+    let cluster = &ctx.cluster;
+    let mut note = None;
+    let mine = l.activations.iter().any(|a| ctx.mine(a));
+    let same = l.digest.as_deref() == Some(d.digest.as_str()) && mine && l.deletion.is_none();
+    let drifted = if options.reconcile && same {
+        observed
+            .full
+            .get(&d.key)
+            .map(|obj| ownership::drifted_fields(&d.manifest, obj, &ctx.manager))
+            .unwrap_or_default()
     } else {
-        HashMap::new()
+        vec![]
     };
+    let drift = !drifted.is_empty();
+    if drift {
+        let shown: Vec<String> = drifted.iter().map(ToString::to_string).collect();
+        note = Some(format!("{NOTE_DRIFTED}: {}", shown.join(", ")));
+    }
+    let legacy = Legacy::of(
+        &l.appliers,
+        cluster,
+        &ownership::other_clusters(&l.activations, cluster, &ctx.clusters),
+    );
+    if legacy != Legacy::None && note.is_none() {
+        note = Some(ownership::NOTE_TAKE_OVER.replace("<cluster>", cluster));
+    }
+    let action = if same && !drift && legacy == Legacy::None {
+        Action::Unchanged
+    } else {
+        Action::Update
+    };
+    (action, note, legacy)
+}
 
+/// Server-side dry-run of everything that would be written, bounded
+/// parallel, in the desired objects' order.
+async fn dry_run_all(
+    client: &Client,
+    first_pass: Vec<PlannedObject>,
+    desired: &[Desired],
+    observed: &Observed,
+    ctx: &Ctx,
+    options: &PlanOptions,
+) -> Result<Vec<PlannedObject>> {
     let creating_namespaces: BTreeSet<String> = desired
         .iter()
         .filter(|d| {
-            d.is_namespace() && !live.contains_key(&d.key) && !unlabelled.contains_key(&d.key)
+            d.is_namespace()
+                && !observed.live.contains_key(&d.key)
+                && !observed.unlabelled.contains_key(&d.key)
         })
         .map(|d| d.key.name.clone())
         .collect();
-
-    let mut first_pass = Vec::with_capacity(desired.len());
-    for d in &desired {
-        let live_obj = live.get(&d.key).filter(|l| l.owned);
-        let mut note = None;
-        let mut legacy = Legacy::None;
-        let (action, mut activations) = match live_obj {
-            Some(l) => {
-                let mine = l
-                    .activations
-                    .iter()
-                    .any(|a| belongs_to(a, &cluster, &clusters));
-                let same =
-                    l.digest.as_deref() == Some(d.digest.as_str()) && mine && l.deletion.is_none();
-                let drifted = if options.reconcile && same {
-                    full.get(&d.key)
-                        .map(|obj| ownership::drifted_fields(&d.manifest, obj, &manager))
-                        .unwrap_or_default()
-                } else {
-                    vec![]
-                };
-                let drift = !drifted.is_empty();
-                if drift {
-                    let shown: Vec<String> = drifted.iter().map(ToString::to_string).collect();
-                    note = Some(format!("{NOTE_DRIFTED}: {}", shown.join(", ")));
-                }
-                legacy = Legacy::of(
-                    &l.appliers,
-                    &cluster,
-                    &ownership::other_clusters(&l.activations, &cluster, &clusters),
-                );
-                if legacy != Legacy::None && note.is_none() {
-                    note = Some(ownership::NOTE_TAKE_OVER.replace("<cluster>", &cluster));
-                }
-                (
-                    if same && !drift && legacy == Legacy::None {
-                        Action::Unchanged
-                    } else {
-                        Action::Update
-                    },
-                    l.activations.clone(),
-                )
-            }
-            None if unlabelled.contains_key(&d.key) || live.contains_key(&d.key) => {
-                (Action::Adopt, BTreeSet::new())
-            }
-            None => (Action::Create, BTreeSet::new()),
-        };
-        if action != Action::Unchanged {
-            // This cluster's entry becomes the new activation; other clusters' stay.
-            activations.retain(|a| !belongs_to(a, &cluster, &clusters));
-            activations.insert(activation.clone());
-        }
-        first_pass.push(PlannedObject {
-            key: d.key.clone(),
-            api_version: d.api_version.clone(),
-            package: d.package.clone(),
-            action,
-            changes: vec![],
-            fields: vec![],
-            destructive: false,
-            note,
-            warnings: vec![],
-            contenders: vec![],
-            takes_with_it: None,
-            deletion: None,
-            activations,
-            legacy,
-        });
-    }
-
-    // Server-side dry-run of everything that would be written.
     // The futures are built in a loop, not by a closure over borrowed items:
     // the plan future stays Send for any caller (the operator spawns it).
     let mut checks = Vec::with_capacity(first_pass.len());
     for (planned, d) in first_pass.into_iter().zip(desired.iter()) {
         checks.push(dry_run(
             client,
-            &cluster,
+            &ctx.cluster,
             planned,
             d,
             options,
             &creating_namespaces,
-            full.get(&d.key),
-            live.get(&d.key)
-                .or_else(|| unlabelled.get(&d.key))
-                .and_then(|l| l.resource_version.as_deref()),
+            observed.full.get(&d.key),
+            observed.listed_version(&d.key),
         ));
     }
-    let checked: Vec<PlannedObject> = stream::iter(checks)
+    stream::iter(checks)
         .buffered(DRY_RUN_CONCURRENCY)
         .collect::<Vec<Result<PlannedObject>>>()
         .await
         .into_iter()
-        .collect::<Result<_>>()?;
+        .collect()
+}
 
+/// The planned objects under their packages, in the build's package order.
+fn by_package(build: &Build, checked: Vec<PlannedObject>) -> Vec<PackagePlan> {
     let mut packages: Vec<PackagePlan> = build
         .packages
         .iter()
@@ -482,67 +639,81 @@ pub async fn plan(
             p.objects.push(planned);
         }
     }
-    // Migrations crossed from the installed versions (PackageInstance records);
-    // objects a migration recreates become replaces.
-    let instances = records::package_instances(client, &cluster).await?;
+    packages
+}
+
+/// Migrations crossed from the installed versions (PackageInstance records);
+/// objects a migration recreates become replaces.
+async fn migrations_crossed(
+    client: &Client,
+    build: &Build,
+    packages: &mut [PackagePlan],
+    ctx: &Ctx,
+) -> Result<Vec<crate::migrations::PlannedMigration>> {
+    let instances = records::package_instances(client, &ctx.cluster).await?;
     let migrations = crate::migrations::crossed(build, &instances);
-    crate::migrations::mark_objects(&mut packages, &migrations, &activation, |a| {
-        belongs_to(a, &cluster, &clusters)
-    });
+    crate::migrations::mark_objects(packages, &migrations, &ctx.activation, |a| ctx.mine(a));
+    Ok(migrations)
+}
 
+/// What the build dropped, in reverse apply order: this cluster's objects
+/// it no longer has, each deleted, kept (shared, prune disabled) or waited
+/// for (already being deleted).
+fn prune_candidates(
+    desired: &[Desired],
+    live: &HashMap<ObjectKey, Live>,
+    ctx: &Ctx,
+) -> Vec<PlannedObject> {
     let desired_keys: BTreeSet<&ObjectKey> = desired.iter().map(|d| &d.key).collect();
-    let mut prune = Vec::new();
-    if options.prune {
-        let mut candidates: Vec<&Live> = live
-            .values()
-            .filter(|l| l.owned && !desired_keys.contains(&l.key))
-            .filter(|l| {
-                l.activations
-                    .iter()
-                    .any(|a| belongs_to(a, &cluster, &clusters))
-            })
-            .collect();
-        // Deletions run in reverse apply order.
-        candidates.sort_by(|a, b| crate::order::prune_order(&a.key, &b.key));
-        for l in candidates {
-            let others: BTreeSet<String> = l
-                .activations
-                .iter()
-                .filter(|a| !belongs_to(a, &cluster, &clusters))
-                .cloned()
-                .collect();
-            let (action, note) = if let Some(deletion) = &l.deletion {
-                (Action::Deleting, Some(deletion.describe()))
-            } else if l.prune_disabled {
-                (Action::Keep, Some(NOTE_PRUNE_DISABLED.to_string()))
-            } else if !others.is_empty() {
-                (Action::Keep, Some(NOTE_SHARED.to_string()))
-            } else {
-                (Action::Delete, None)
-            };
-            prune.push(PlannedObject {
-                key: l.key.clone(),
-                api_version: l.api_version.clone(),
-                package: String::new(),
-                action,
-                changes: vec![],
-                fields: vec![],
-                destructive: action == Action::Delete && is_destructive(&l.key),
-                note,
-                warnings: vec![],
-                contenders: vec![],
-                takes_with_it: None,
-                deletion: l.deletion.clone(),
-                activations: others,
-                legacy: Legacy::None,
-            });
-        }
+    let mut candidates: Vec<&Live> = live
+        .values()
+        .filter(|l| l.owned && !desired_keys.contains(&l.key))
+        .filter(|l| l.activations.iter().any(|a| ctx.mine(a)))
+        .collect();
+    candidates.sort_by(|a, b| crate::order::prune_order(&a.key, &b.key));
+    candidates.into_iter().map(|l| dropped(l, ctx)).collect()
+}
+
+/// One object the build dropped: what happens to it, and the other
+/// clusters' activations it keeps.
+fn dropped(l: &Live, ctx: &Ctx) -> PlannedObject {
+    let others: BTreeSet<String> = l
+        .activations
+        .iter()
+        .filter(|a| !ctx.mine(a))
+        .cloned()
+        .collect();
+    let (action, note) = if let Some(deletion) = &l.deletion {
+        (Action::Deleting, Some(deletion.describe()))
+    } else if l.prune_disabled {
+        (Action::Keep, Some(NOTE_PRUNE_DISABLED.to_string()))
+    } else if !others.is_empty() {
+        (Action::Keep, Some(NOTE_SHARED.to_string()))
+    } else {
+        (Action::Delete, None)
+    };
+    PlannedObject {
+        key: l.key.clone(),
+        api_version: l.api_version.clone(),
+        package: String::new(),
+        action,
+        changes: vec![],
+        fields: vec![],
+        destructive: action == Action::Delete && is_destructive(&l.key),
+        note,
+        warnings: vec![],
+        contenders: vec![],
+        takes_with_it: None,
+        deletion: l.deletion.clone(),
+        activations: others,
+        legacy: Legacy::None,
     }
+}
 
-    crate::contents::count(client, &mut prune).await?;
-
+/// How many objects of each action.
+fn count<'a>(objects: impl Iterator<Item = &'a PlannedObject>) -> Counts {
     let mut counts = Counts::default();
-    for o in packages.iter().flat_map(|p| &p.objects).chain(&prune) {
+    for o in objects {
         match o.action {
             Action::Create => counts.create += 1,
             Action::Update => counts.update += 1,
@@ -555,27 +726,7 @@ pub async fn plan(
             Action::Deleting => counts.deleting += 1,
         }
     }
-    let deletion_budget = crate::budget::BudgetCheck::of(build.settings.deletion_budget, &counts);
-    let mut plan = Plan {
-        cluster,
-        store_path: store_path.to_string(),
-        current_activation: current.and_then(|c| c.metadata.name.clone()),
-        current_path: current.map(|c| c.spec.source.path.clone()),
-        current_phase: current.and_then(|c| c.phase()),
-        activation,
-        kix_crds,
-        packages,
-        prune,
-        counts,
-        digest: String::new(),
-        kinds,
-        deletion_budget,
-        migrations,
-        desired,
-        options: options.clone(),
-    };
-    plan.digest = crate::seal::digest(&plan);
-    Ok(plan)
+    counts
 }
 
 /// CRDs, Namespaces and PVCs take data or other objects with them.
@@ -605,6 +756,8 @@ pub fn api_for(client: &Client, d: &Desired) -> Api<DynamicObject> {
     }
 }
 
+/// One object's server-side dry-run: its changes against the live object,
+/// or why it conflicts, cannot change in place, or was not checked.
 #[allow(clippy::too_many_arguments)]
 async fn dry_run(
     client: &Client,
@@ -619,17 +772,8 @@ async fn dry_run(
     if planned.action == Action::Unchanged {
         return Ok(planned);
     }
-    if d.resource.served == Served::AfterCrd {
-        planned.note = Some("its CRD is created by this deploy: not dry-run".into());
-        return Ok(planned);
-    }
-    if planned.action == Action::Create
-        && d.key
-            .namespace
-            .as_ref()
-            .is_some_and(|ns| creating_namespaces.contains(ns))
-    {
-        planned.note = Some("its namespace is created by this deploy: not dry-run".into());
+    if let Some(note) = not_dry_run(&planned, d, creating_namespaces) {
+        planned.note = Some(note.into());
         return Ok(planned);
     }
     let api = api_for(client, d);
@@ -660,6 +804,36 @@ async fn dry_run(
     );
     let ((result, warnings), live_read) = tokio::join!(apply, live_read);
     planned.warnings = warnings;
+    checked(planned, d, cluster, result, live_read)
+}
+
+/// Why an object is not dry-run: the server cannot check it before this
+/// deploy creates its CRD or its namespace.
+fn not_dry_run(
+    planned: &PlannedObject,
+    d: &Desired,
+    creating_namespaces: &BTreeSet<String>,
+) -> Option<&'static str> {
+    if d.resource.served == Served::AfterCrd {
+        return Some("its CRD is created by this deploy: not dry-run");
+    }
+    let in_new_namespace = d
+        .key
+        .namespace
+        .as_ref()
+        .is_some_and(|ns| creating_namespaces.contains(ns));
+    (planned.action == Action::Create && in_new_namespace)
+        .then_some("its namespace is created by this deploy: not dry-run")
+}
+
+/// The planned object as the dry-run's answer leaves it.
+fn checked(
+    mut planned: PlannedObject,
+    d: &Desired,
+    cluster: &str,
+    result: kube::Result<Applied>,
+    live_read: kube::Result<Option<Value>>,
+) -> Result<PlannedObject> {
     match result {
         Ok(Applied::Object(result)) => {
             if matches!(planned.action, Action::Update | Action::Adopt) {
@@ -670,16 +844,7 @@ async fn dry_run(
                 })?;
                 let result = serde_json::to_value(result).unwrap_or(Value::Null);
                 if let Some(live) = live {
-                    planned.changes = diff(
-                        &live,
-                        &result,
-                        d.key.kind == "Secret" && d.key.group.is_empty(),
-                    );
-                    // The deploy hands them over first: their values stay.
-                    planned
-                        .changes
-                        .retain(|c| !ownership::is_handed_off(&c.path, &d.handed_off));
-                    ownership::keep_if_only_shared(&mut planned, &live, &result, &manager);
+                    with_changes(&mut planned, d, cluster, &live, &result);
                 }
             }
             Ok(planned)
@@ -721,6 +886,28 @@ async fn dry_run(
             source,
         }),
     }
+}
+
+/// The field changes of an update or adoption: the dry-run's result against
+/// the live object, without handed-off fields and shared-only changes.
+fn with_changes(
+    planned: &mut PlannedObject,
+    d: &Desired,
+    cluster: &str,
+    live: &Value,
+    result: &Value,
+) {
+    let manager = kix_api::field_manager(cluster);
+    planned.changes = diff(
+        live,
+        result,
+        d.key.kind == "Secret" && d.key.group.is_empty(),
+    );
+    // The deploy hands them over first: their values stay.
+    planned
+        .changes
+        .retain(|c| !ownership::is_handed_off(&c.path, &d.handed_off));
+    ownership::keep_if_only_shared(planned, live, result, &manager);
 }
 
 /// An apply patch, with the server's `Warning` headers (which kube's `Api`
