@@ -1,8 +1,8 @@
 //! Executing a plan: record → apply → wait → prune → settle.
 //!
-//! Order: CRDs (until Established), Namespaces, then packages in dependency
-//! order, kinds ranked inside a package, bounded parallel server-side applies
-//! inside each rank. A package starts when its dependencies are healthy.
+//! Order, decided in [`crate::order`]: CRDs (until Established), Namespaces,
+//! then packages in dependency order, kinds ranked inside a package, bounded
+//! parallel server-side applies inside each rank. A package starts when its dependencies are healthy.
 //! Prune runs only after apply and health succeeded; the set it deletes is
 //! written into the Activation first.
 
@@ -494,6 +494,8 @@ pub fn activation_spec(plan: &Plan, options: &DeployOptions) -> ActivationSpec {
     }
 }
 
+/// Executes `plan` holding `lease`. Stages: kix's CRDs → the record → the
+/// apply waves → prune → the final phase.
 async fn run(
     client: &Client,
     build: &Build,
@@ -505,8 +507,52 @@ async fn run(
         info!("installing kix CRDs");
         records::install_crds(client).await?;
     }
-    // Holding the lease, any record of this cluster still Pending or Applying
-    // was left by a deploy that died: it never finished.
+    fail_interrupted(client, plan, options).await?;
+    let (name, mut status) = start_record(client, build, plan, options).await?;
+    let mut packages = crate::packages::PackageRecords::start(client, plan, build, &name).await?;
+    let started = Instant::now();
+    let run = Run {
+        client,
+        build,
+        plan,
+        options,
+        name,
+        deadline: started + options.timeout,
+    };
+    let mut state = RunState::default();
+    let waves = apply_waves(&run, lease, &mut status, &mut packages, &mut state).await?;
+    if waves.healthy && options.prune {
+        packages.removing(build).await?;
+        crate::prune::prune(client, plan, options, &run.name, &mut status, &mut state).await?;
+        packages.removed(&status.failed_deletions).await?;
+    }
+    finish(&run, waves, status, state, &mut packages, started).await
+}
+
+/// One deploy under way: what the stages of [`run`] read.
+struct Run<'a> {
+    client: &'a Client,
+    build: &'a Build,
+    plan: &'a Plan,
+    options: &'a DeployOptions,
+    /// The Activation record.
+    name: String,
+    /// When waiting for health (and for migrations' deletions) ends.
+    deadline: Instant,
+}
+
+/// How the apply waves ended.
+struct Waves {
+    /// Every group applied and healthy.
+    healthy: bool,
+    /// A group failed and `--on-error` is not `continue`: later waves did
+    /// not run.
+    aborted: bool,
+}
+
+/// Holding the lease, any record of this cluster still Pending or Applying
+/// was left by a deploy that died: it never finished.
+async fn fail_interrupted(client: &Client, plan: &Plan, options: &DeployOptions) -> Result<()> {
     let all = records::list_all(client).await?;
     for stale in records::of_cluster(&all, &plan.cluster) {
         let is_this = options.record.is_some() && stale.metadata.name == options.record;
@@ -520,6 +566,17 @@ async fn run(
             .await?;
         }
     }
+    Ok(())
+}
+
+/// The record the deploy writes (created, or the operator's existing one),
+/// its build kept alive by a GC root, its status Applying.
+async fn start_record(
+    client: &Client,
+    build: &Build,
+    plan: &Plan,
+    options: &DeployOptions,
+) -> Result<(String, kix_api::ActivationStatus)> {
     let sequence = Activation::sequence_in(&plan.activation, &plan.cluster).unwrap_or(1);
     let spec = activation_spec(plan, options);
     let record = match &options.record {
@@ -553,90 +610,42 @@ async fn run(
         total: build.object_count() as u32,
         ..Default::default()
     });
-    let record = records::set_status(client, &name, &status).await?;
-    let mut packages = crate::packages::PackageRecords::start(client, plan, build, &name).await?;
+    records::set_status(client, &name, &status).await?;
+    Ok((name, status))
+}
 
-    let started = Instant::now();
-    let deadline = started + options.timeout;
-    let mut state = RunState::default();
-
-    let planned: BTreeMap<&ObjectKey, &PlannedObject> = plan
+/// Applies the groups wave by wave ([`crate::order`]); the groups of one
+/// wave apply and wait for health concurrently, one semaphore bounding the
+/// applies in flight across them. The record's progress is written after
+/// each wave.
+async fn apply_waves(
+    run: &Run<'_>,
+    lease: &DeployLease,
+    status: &mut kix_api::ActivationStatus,
+    packages: &mut crate::packages::PackageRecords,
+    state: &mut RunState,
+) -> Result<Waves> {
+    let planned: BTreeMap<&ObjectKey, &PlannedObject> = run
+        .plan
         .packages
         .iter()
         .flat_map(|p| &p.objects)
         .map(|o| (&o.key, o))
         .collect();
-    let order = Order::of(&build.packages, &plan.desired);
+    let order = Order::of(&run.build.packages, &run.plan.desired);
     let mut failed_groups: BTreeSet<Group> = BTreeSet::new();
     let mut aborted = false;
-    // The groups of one wave apply and wait for health concurrently; one
-    // semaphore bounds the applies in flight across them.
-    let permits = tokio::sync::Semaphore::new(options.concurrency.max(1));
+    let permits = tokio::sync::Semaphore::new(run.options.concurrency.max(1));
     for wave in &order.waves {
         if aborted {
             break;
         }
-        let mut runnable = Vec::new();
-        for &i in wave {
-            let Step {
-                group, depends_on, ..
-            } = &order.steps[i];
-            if let Some(dep) = depends_on.iter().find(|d| failed_groups.contains(*d)) {
-                emit(
-                    options,
-                    Event::Skipped {
-                        group: group.clone(),
-                        reason: format!("{dep} is not healthy"),
-                    },
-                );
-                failed_groups.insert(group.clone());
-                state
-                    .messages
-                    .push(format!("{group} skipped: {dep} is not healthy"));
-                continue;
-            }
-            runnable.push(i);
-        }
+        let runnable = runnable(run.options, &order, wave, &mut failed_groups, state);
         if runnable.is_empty() {
             continue;
         }
         lease.check().map_err(EngineError::Lease)?;
-        // Each package's record, then its crossed migrations, in order; then
-        // the objects of the whole wave at once.
-        let mut migrated = Vec::with_capacity(runnable.len());
-        for &i in &runnable {
-            let group = &order.steps[i].group;
-            packages.begin(plan, group).await?;
-            migrated.push(crate::migrations::run_group(client, plan, group, deadline).await);
-        }
-        let mut applies = Vec::with_capacity(runnable.len());
-        for (&i, migrated) in runnable.iter().zip(&migrated) {
-            let Step { group, objects, .. } = &order.steps[i];
-            let planned = &planned;
-            let permits = &permits;
-            applies.push(async move {
-                if let Err(failure) = migrated {
-                    let group_state = RunState {
-                        failed: 1,
-                        messages: vec![format!("{group}: {failure}")],
-                        ..RunState::default()
-                    };
-                    emit(
-                        options,
-                        Event::ApplyFailed {
-                            group: group.clone(),
-                            key: failure.key.clone(),
-                            error: failure.error.clone(),
-                        },
-                    );
-                    return (i, false, group_state);
-                }
-                let (ok, group_state) =
-                    apply_group(client, group, objects, planned, options, deadline, permits).await;
-                (i, ok, group_state)
-            });
-        }
-        let results = futures::future::join_all(applies).await;
+        let results = apply_wave(run, &order, &runnable, packages, &planned, &permits).await?;
         for (i, ok, group_state) in results {
             let group = &order.steps[i].group;
             let mark = state.messages.len();
@@ -650,11 +659,11 @@ async fn run(
                 healthy: group_state.healthy,
             };
             packages
-                .finish(plan, group, result, &state.messages[mark..])
+                .finish(run.plan, group, result, &state.messages[mark..])
                 .await?;
             if !ok {
                 failed_groups.insert(group.clone());
-                if options.on_error != OnError::Continue {
+                if run.options.on_error != OnError::Continue {
                     aborted = true;
                 }
             }
@@ -664,43 +673,121 @@ async fn run(
         progress.failed = state.failed;
         progress.healthy = state.healthy;
         status.progress = Some(progress);
-        records::set_status(client, &name, &status).await?;
+        records::set_status(run.client, &run.name, status).await?;
     }
+    Ok(Waves {
+        healthy: failed_groups.is_empty(),
+        aborted,
+    })
+}
 
-    let healthy = failed_groups.is_empty();
-    if healthy && options.prune {
-        packages.removing(build).await?;
-        crate::prune::prune(client, plan, options, &name, &mut status, &mut state).await?;
-        packages.removed(&status.failed_deletions).await?;
+/// The groups of `wave` that run: a group whose dependency is not healthy
+/// is skipped (and counts as not healthy for its own dependents).
+fn runnable(
+    options: &DeployOptions,
+    order: &Order<'_, Desired>,
+    wave: &[usize],
+    failed_groups: &mut BTreeSet<Group>,
+    state: &mut RunState,
+) -> Vec<usize> {
+    let mut runnable = Vec::new();
+    for &i in wave {
+        let Step {
+            group, depends_on, ..
+        } = &order.steps[i];
+        if let Some(dep) = depends_on.iter().find(|d| failed_groups.contains(*d)) {
+            emit(
+                options,
+                Event::Skipped {
+                    group: group.clone(),
+                    reason: format!("{dep} is not healthy"),
+                },
+            );
+            failed_groups.insert(group.clone());
+            state
+                .messages
+                .push(format!("{group} skipped: {dep} is not healthy"));
+            continue;
+        }
+        runnable.push(i);
     }
+    runnable
+}
 
-    let phase = if aborted {
+/// One wave: each package's record, then its crossed migrations, in order;
+/// then the objects of the whole wave at once. Returns, per group, whether
+/// it is healthy and what happened.
+async fn apply_wave(
+    run: &Run<'_>,
+    order: &Order<'_, Desired>,
+    runnable: &[usize],
+    packages: &mut crate::packages::PackageRecords,
+    planned: &BTreeMap<&ObjectKey, &PlannedObject>,
+    permits: &tokio::sync::Semaphore,
+) -> Result<Vec<(usize, bool, RunState)>> {
+    let (client, options) = (run.client, run.options);
+    let mut migrated = Vec::with_capacity(runnable.len());
+    for &i in runnable {
+        let group = &order.steps[i].group;
+        packages.begin(run.plan, group).await?;
+        migrated.push(crate::migrations::run_group(client, run.plan, group, run.deadline).await);
+    }
+    let mut applies = Vec::with_capacity(runnable.len());
+    for (&i, migrated) in runnable.iter().zip(&migrated) {
+        let Step { group, objects, .. } = &order.steps[i];
+        applies.push(async move {
+            if let Err(failure) = migrated {
+                let group_state = RunState {
+                    failed: 1,
+                    messages: vec![format!("{group}: {failure}")],
+                    ..RunState::default()
+                };
+                emit(
+                    options,
+                    Event::ApplyFailed {
+                        group: group.clone(),
+                        key: failure.key.clone(),
+                        error: failure.error.clone(),
+                    },
+                );
+                return (i, false, group_state);
+            }
+            let (ok, group_state) = apply_group(
+                client,
+                group,
+                objects,
+                planned,
+                options,
+                run.deadline,
+                permits,
+            )
+            .await;
+            (i, ok, group_state)
+        });
+    }
+    Ok(futures::future::join_all(applies).await)
+}
+
+/// The final phase: Failed when aborted, Degraded when a group is not
+/// healthy or a deletion failed, else Active; written with its message,
+/// older records superseded.
+async fn finish(
+    run: &Run<'_>,
+    waves: Waves,
+    mut status: kix_api::ActivationStatus,
+    state: RunState,
+    packages: &mut crate::packages::PackageRecords,
+    started: Instant,
+) -> Result<DeployOutcome> {
+    let name = &run.name;
+    let phase = if waves.aborted {
         Phase::Failed
-    } else if !healthy || !status.failed_deletions.is_empty() {
+    } else if !waves.healthy || !status.failed_deletions.is_empty() {
         Phase::Degraded
     } else {
         Phase::Active
     };
-    let deleting = status
-        .deleting_total
-        .unwrap_or(status.deleting.len() as u32);
-    let message = if state.messages.is_empty() && deleting == 0 {
-        format!(
-            "{} objects applied, {} pruned in {:.1}s",
-            state.applied,
-            state.pruned,
-            started.elapsed().as_secs_f64()
-        )
-    } else if state.messages.is_empty() {
-        format!(
-            "{} objects applied, {} pruned, {deleting} being deleted (waiting for finalizers) in {:.1}s",
-            state.applied,
-            state.pruned,
-            started.elapsed().as_secs_f64()
-        )
-    } else {
-        state.messages.join("; ")
-    };
+    let message = summary(&state, &status, started.elapsed());
     packages
         .settle(&format!("{name} ended {phase} before reaching the package"))
         .await?;
@@ -710,13 +797,12 @@ async fn run(
     if let Some(p) = status.progress.as_mut() {
         p.pruned = state.pruned;
     }
-    let _ = record;
-    records::set_status(client, &name, &status).await?;
+    records::set_status(run.client, name, &status).await?;
     if matches!(phase, Phase::Active | Phase::Degraded) {
-        supersede_older(client, &plan.cluster, &name).await?;
+        supersede_older(run.client, &run.plan.cluster, name).await?;
     }
     emit(
-        options,
+        run.options,
         Event::Finished {
             activation: name.clone(),
             phase,
@@ -724,7 +810,7 @@ async fn run(
         },
     );
     Ok(DeployOutcome {
-        activation: Some(name),
+        activation: Some(name.clone()),
         phase,
         message,
         applied: state.applied,
@@ -735,6 +821,30 @@ async fn run(
         no_op: false,
         rolled_back_to: None,
     })
+}
+
+/// The record's message: the counts, or what went wrong.
+fn summary(state: &RunState, status: &kix_api::ActivationStatus, elapsed: Duration) -> String {
+    let deleting = status
+        .deleting_total
+        .unwrap_or(status.deleting.len() as u32);
+    if state.messages.is_empty() && deleting == 0 {
+        format!(
+            "{} objects applied, {} pruned in {:.1}s",
+            state.applied,
+            state.pruned,
+            elapsed.as_secs_f64()
+        )
+    } else if state.messages.is_empty() {
+        format!(
+            "{} objects applied, {} pruned, {deleting} being deleted (waiting for finalizers) in {:.1}s",
+            state.applied,
+            state.pruned,
+            elapsed.as_secs_f64()
+        )
+    } else {
+        state.messages.join("; ")
+    }
 }
 
 #[derive(Default)]
@@ -760,28 +870,7 @@ async fn apply_group(
     permits: &tokio::sync::Semaphore,
 ) -> (bool, RunState) {
     let mut state = RunState::default();
-    let writes: Vec<(&Desired, &PlannedObject)> = objects
-        .iter()
-        .filter_map(|d| planned.get(&d.key).map(|p| (*d, *p)))
-        .filter(|(_, p)| p.action != Action::Unchanged)
-        .collect();
-    // Unchanged objects are not written, but the group is healthy only when
-    // they are too: the rerun of a build whose deploy failed, or was killed
-    // before its wait ended, must not find it healthy unchecked.
-    let mut to_wait: Vec<WaitTarget> = objects
-        .iter()
-        .filter(|d| {
-            planned
-                .get(&d.key)
-                .is_some_and(|p| p.action == Action::Unchanged)
-        })
-        .filter(|d| !has_no_health(&d.key))
-        .map(|d| WaitTarget {
-            resource: d.resource.api.clone(),
-            namespace: d.key.namespace.clone(),
-            name: d.key.name.clone(),
-        })
-        .collect();
+    let (writes, mut to_wait) = group_work(objects, planned);
     if writes.is_empty() && to_wait.is_empty() {
         return (true, state);
     }
@@ -797,22 +886,93 @@ async fn apply_group(
         );
     }
     let started = Instant::now();
-    let mut ok = true;
-    for batch in crate::order::apply_batches(writes, |(d, _)| d.rank) {
-        let results: Vec<(
-            &Desired,
-            &PlannedObject,
-            std::result::Result<serde_json::Value, String>,
-        )> = stream::iter({
-            let mut applies = Vec::with_capacity(batch.len());
-            for (d, p) in batch {
-                applies.push(apply_tagged(client, d, p, options, permits));
-            }
-            applies
+    let ok = match apply_ranks(client, group, writes, options, permits, &mut state).await {
+        Ranks::Stopped => return (false, state),
+        Ranks::Done { ok, unready } => {
+            to_wait.extend(unready);
+            ok
+        }
+    };
+    if !to_wait.is_empty()
+        && !wait_group(client, group, to_wait, quiet, options, deadline, &mut state).await
+    {
+        return (false, state);
+    }
+    if ok && !quiet {
+        emit(
+            options,
+            Event::Healthy {
+                group: group.clone(),
+                elapsed_ms: started.elapsed().as_millis() as u64,
+            },
+        );
+    }
+    (ok, state)
+}
+
+/// A group's objects to write, and those to wait for unwritten. Unchanged
+/// objects are not written, but the group is healthy only when they are
+/// too: the rerun of a build whose deploy failed, or was killed before its
+/// wait ended, must not find it healthy unchecked.
+fn group_work<'a>(
+    objects: &[&'a Desired],
+    planned: &BTreeMap<&ObjectKey, &'a PlannedObject>,
+) -> (Vec<(&'a Desired, &'a PlannedObject)>, Vec<WaitTarget>) {
+    let writes = objects
+        .iter()
+        .filter_map(|d| planned.get(&d.key).map(|p| (*d, *p)))
+        .filter(|(_, p)| p.action != Action::Unchanged)
+        .collect();
+    let to_wait = objects
+        .iter()
+        .filter(|d| {
+            planned
+                .get(&d.key)
+                .is_some_and(|p| p.action == Action::Unchanged)
         })
-        .buffer_unordered(options.concurrency.max(1))
-        .collect()
-        .await;
+        .filter(|d| !has_no_health(&d.key))
+        .map(|d| wait_target(d))
+        .collect();
+    (writes, to_wait)
+}
+
+fn wait_target(d: &Desired) -> WaitTarget {
+    WaitTarget {
+        resource: d.resource.api.clone(),
+        namespace: d.key.namespace.clone(),
+        name: d.key.name.clone(),
+    }
+}
+
+/// How a group's applies ended.
+enum Ranks {
+    /// An apply failed and `--on-error` is not `continue`.
+    Stopped,
+    /// Every rank was applied; `ok` is false when an apply failed.
+    /// `unready`: applied objects not healthy yet.
+    Done { ok: bool, unready: Vec<WaitTarget> },
+}
+
+/// Applies a group's writes rank by rank, bounded parallel inside a rank.
+async fn apply_ranks(
+    client: &Client,
+    group: &Group,
+    writes: Vec<(&Desired, &PlannedObject)>,
+    options: &DeployOptions,
+    permits: &tokio::sync::Semaphore,
+    state: &mut RunState,
+) -> Ranks {
+    let mut ok = true;
+    let mut unready = Vec::new();
+    for batch in crate::order::apply_batches(writes, |(d, _)| d.rank) {
+        let mut applies = Vec::with_capacity(batch.len());
+        for (d, p) in batch {
+            applies.push(apply_tagged(client, d, p, options, permits));
+        }
+        let results: Vec<_> = stream::iter(applies)
+            .buffer_unordered(options.concurrency.max(1))
+            .collect()
+            .await;
         for (d, p, result) in results {
             match result {
                 Ok(applied) => {
@@ -828,11 +988,7 @@ async fn apply_group(
                     if health(&applied).is_ready() {
                         state.healthy += 1;
                     } else {
-                        to_wait.push(WaitTarget {
-                            resource: d.resource.api.clone(),
-                            namespace: d.key.namespace.clone(),
-                            name: d.key.name.clone(),
-                        });
+                        unready.push(wait_target(d));
                     }
                 }
                 Err(error) => {
@@ -848,76 +1004,88 @@ async fn apply_group(
                         },
                     );
                     if options.on_error != OnError::Continue {
-                        return (false, state);
+                        return Ranks::Stopped;
                     }
                 }
             }
         }
     }
-    if !to_wait.is_empty() {
-        if !quiet {
-            emit(
-                options,
-                Event::Waiting {
-                    group: group.clone(),
-                    pending: to_wait.iter().map(target_name).collect(),
-                },
-            );
-        }
-        let timeout = deadline.saturating_duration_since(Instant::now());
-        let wait_options = WaitOptions {
-            timeout,
-            fail_fast_on_degraded: true,
-            ..WaitOptions::default()
-        };
-        match wait_healthy(client.clone(), to_wait, wait_options).await {
-            Ok(report) if report.is_success() => state.healthy += report.ready.len() as u32,
-            Ok(report) => {
-                state.healthy += report.ready.len() as u32;
-                let mut reasons: Vec<String> = report
-                    .degraded
-                    .iter()
-                    .map(|(t, r)| format!("{} degraded: {r}", target_name(t)))
-                    .chain(
-                        report
-                            .not_ready
-                            .iter()
-                            .map(|(t, r)| format!("{} not healthy: {r}", target_name(t))),
-                    )
-                    .collect();
-                if report.timed_out {
-                    reasons.insert(0, format!("timed out after {}s", options.timeout.as_secs()));
-                }
-                state
-                    .messages
-                    .push(format!("{group}: {}", reasons.join(", ")));
-                emit(
-                    options,
-                    Event::Unhealthy {
-                        group: group.clone(),
-                        reasons,
-                    },
-                );
-                return (false, state);
-            }
-            Err(err) => {
-                state
-                    .messages
-                    .push(format!("{group}: waiting failed: {err}"));
-                return (false, state);
-            }
-        }
-    }
-    if ok && !quiet {
+    Ranks::Done { ok, unready }
+}
+
+/// Waits until the group's objects are healthy, up to `deadline`; false
+/// (with the reasons) when one is degraded or the time ran out.
+async fn wait_group(
+    client: &Client,
+    group: &Group,
+    to_wait: Vec<WaitTarget>,
+    quiet: bool,
+    options: &DeployOptions,
+    deadline: Instant,
+    state: &mut RunState,
+) -> bool {
+    if !quiet {
         emit(
             options,
-            Event::Healthy {
+            Event::Waiting {
                 group: group.clone(),
-                elapsed_ms: started.elapsed().as_millis() as u64,
+                pending: to_wait.iter().map(target_name).collect(),
             },
         );
     }
-    (ok, state)
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    let wait_options = WaitOptions {
+        timeout,
+        fail_fast_on_degraded: true,
+        ..WaitOptions::default()
+    };
+    match wait_healthy(client.clone(), to_wait, wait_options).await {
+        Ok(report) if report.is_success() => {
+            state.healthy += report.ready.len() as u32;
+            true
+        }
+        Ok(report) => {
+            state.healthy += report.ready.len() as u32;
+            let reasons = unhealthy_reasons(&report, options);
+            state
+                .messages
+                .push(format!("{group}: {}", reasons.join(", ")));
+            emit(
+                options,
+                Event::Unhealthy {
+                    group: group.clone(),
+                    reasons,
+                },
+            );
+            false
+        }
+        Err(err) => {
+            state
+                .messages
+                .push(format!("{group}: waiting failed: {err}"));
+            false
+        }
+    }
+}
+
+/// Why a group is not healthy: the time ran out, objects degraded or not
+/// ready, each named.
+fn unhealthy_reasons(report: &crate::wait::WaitReport, options: &DeployOptions) -> Vec<String> {
+    let mut reasons: Vec<String> = report
+        .degraded
+        .iter()
+        .map(|(t, r)| format!("{} degraded: {r}", target_name(t)))
+        .chain(
+            report
+                .not_ready
+                .iter()
+                .map(|(t, r)| format!("{} not healthy: {r}", target_name(t))),
+        )
+        .collect();
+    if report.timed_out {
+        reasons.insert(0, format!("timed out after {}s", options.timeout.as_secs()));
+    }
+    reasons
 }
 
 /// Kinds without a status: always healthy, never waited for.
@@ -964,27 +1132,7 @@ async fn apply_one(
 ) -> std::result::Result<serde_json::Value, String> {
     let api = api_for(client, d);
     if p.action == Action::Replace {
-        let params = DeleteParams {
-            propagation_policy: Some(PropagationPolicy::Foreground),
-            ..Default::default()
-        };
-        match api.delete(&d.key.name, &params).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(e) => return Err(crate::error::api_message(&e)),
-        }
-        // Wait until it is gone (finalizers and dependents included) before
-        // creating it again.
-        let gone = kube::runtime::wait::await_condition(
-            api.clone(),
-            &d.key.name,
-            |obj: Option<&kube::api::DynamicObject>| obj.is_none(),
-        );
-        if tokio::time::timeout(options.timeout, gone).await.is_err() {
-            return Err(format!(
-                "still being deleted after {}s; not re-created",
-                options.timeout.as_secs()
-            ));
-        }
+        delete_for_replace(&api, &d.key.name, options.timeout).await?;
     }
     // A conflict reaches the apply only when the user forced it.
     let force = options.force_conflicts || p.action == Action::Conflict;
@@ -1025,6 +1173,35 @@ async fn apply_one(
             })?;
     }
     Ok(serde_json::to_value(object).unwrap_or_default())
+}
+
+/// The first half of a replace: deletes the object and waits until it is
+/// gone (finalizers and dependents included) before it is created again.
+async fn delete_for_replace(
+    api: &kube::Api<kube::api::DynamicObject>,
+    name: &str,
+    timeout: Duration,
+) -> std::result::Result<(), String> {
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Foreground),
+        ..Default::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) | Err(kube::Error::Api(_)) => {}
+        Err(e) => return Err(crate::error::api_message(&e)),
+    }
+    let gone = kube::runtime::wait::await_condition(
+        api.clone(),
+        name,
+        |obj: Option<&kube::api::DynamicObject>| obj.is_none(),
+    );
+    if tokio::time::timeout(timeout, gone).await.is_err() {
+        return Err(format!(
+            "still being deleted after {}s; not re-created",
+            timeout.as_secs()
+        ));
+    }
+    Ok(())
 }
 
 /// Marks every older record of the cluster that is not already Superseded.
