@@ -103,6 +103,11 @@ pub struct Receipt {
     /// however many objects the deploy deletes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_deletions: Option<u32>,
+    /// The confirmed plan is a saved plan (`kix deploy --plan`): its first
+    /// apply runs only a plan with `planDigest`, re-checked right before it
+    /// acts; otherwise the record ends Failed and nothing changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub saved_plan: bool,
 }
 
 /// The destructive actions a user accepted with a plan: what an executor may
@@ -503,6 +508,7 @@ mod tests {
                 accepted: Accepted::default(),
                 rollback_from: None,
                 accepted_deletions: None,
+                saved_plan: false,
             },
             engine: Engine::Operator,
         }

@@ -95,7 +95,7 @@ async fn lines(mode: Mode, mut rx: UnboundedReceiver<Event>) {
 }
 
 /// An object whose DELETE was accepted but which stays, held by finalizers.
-fn deleting_line(key: &str, finalizers: &[String]) -> String {
+pub fn deleting_line(key: &str, finalizers: &[String]) -> String {
     if finalizers.is_empty() {
         format!("  deleting {key} (still there)")
     } else {

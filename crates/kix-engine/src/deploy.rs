@@ -35,6 +35,24 @@ pub enum OnError {
     Abort,
     Continue,
     Rollback,
+    /// An object the apiserver refuses (or a failed migration) stops the
+    /// deploy and ends it Failed, so the record that was current stays
+    /// current; a group that does not become healthy does not stop the
+    /// others and ends it Degraded. The operator's first apply of a record.
+    #[serde(rename = "continue-unhealthy")]
+    ContinueUnhealthy,
+}
+
+impl OnError {
+    /// Whether a group that failed stops the deploy; `refused`: an object of
+    /// it was refused (not only unhealthy).
+    fn stops(self, refused: bool) -> bool {
+        match self {
+            OnError::Continue => false,
+            OnError::ContinueUnhealthy => refused,
+            OnError::Abort | OnError::Rollback => true,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -108,6 +126,10 @@ pub struct DeployOptions {
     /// saved plan); the plan is re-made anyway when another deploy recorded
     /// an activation since.
     pub replan: bool,
+    /// Run only a plan with this digest (a saved plan, `kix deploy --plan`):
+    /// the re-plan made under the Lease right before acting must have it;
+    /// otherwise nothing changes ([`crate::seal::Moved`]).
+    pub exact_digest: Option<String>,
 }
 
 impl Default for DeployOptions {
@@ -137,6 +159,7 @@ impl Default for DeployOptions {
             events: None,
             record: None,
             replan: false,
+            exact_digest: None,
         }
     }
 }
@@ -378,13 +401,16 @@ async fn resealed(
     options: &DeployOptions,
     moved: bool,
 ) -> Result<Plan> {
-    if !options.replan && !moved {
+    if !options.replan && !moved && options.exact_digest.is_none() {
         return Ok(plan);
     }
     let confirmed = crate::seal::Destructive::of(&plan).accepted();
     let mut plan_options = plan.options.clone();
     plan_options.activation = options.record.clone();
     let replanned = crate::plan::plan(client, build, &plan.store_path, &plan_options).await?;
+    if let Some(saved) = &options.exact_digest {
+        crate::seal::Moved::check(saved, &plan, &replanned)?;
+    }
     crate::seal::check(&confirmed, &crate::seal::Destructive::of(&replanned))?;
     check_plan(&replanned, build, options)?;
     Ok(replanned)
@@ -444,6 +470,8 @@ pub async fn rollback_to(
     options.current_activation = None;
     options.receipt.rollback_from = from;
     options.record = None;
+    // Its own plan, not the saved one of the deploy it undoes.
+    options.exact_digest = None;
     let plan = crate::plan::plan(
         client,
         &build,
@@ -489,6 +517,7 @@ pub fn activation_spec(plan: &Plan, options: &DeployOptions) -> ActivationSpec {
             accepted: crate::seal::Destructive::of(plan).accepted(),
             rollback_from: options.receipt.rollback_from.clone(),
             accepted_deletions: options.deletions.recorded(&plan.deletion_budget),
+            saved_plan: options.exact_digest.is_some(),
         },
         engine: options.engine,
     }
@@ -648,6 +677,7 @@ async fn apply_waves(
         let results = apply_wave(run, &order, &runnable, packages, &planned, &permits).await?;
         for (i, ok, group_state) in results {
             let group = &order.steps[i].group;
+            let refused = group_state.failed > 0;
             let mark = state.messages.len();
             state.applied += group_state.applied;
             state.failed += group_state.failed;
@@ -663,7 +693,7 @@ async fn apply_waves(
                 .await?;
             if !ok {
                 failed_groups.insert(group.clone());
-                if run.options.on_error != OnError::Continue {
+                if run.options.on_error.stops(refused) {
                     aborted = true;
                 }
             }

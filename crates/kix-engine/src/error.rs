@@ -57,6 +57,8 @@ pub enum EngineError {
     Nix(#[from] kix_nix::NixError),
     #[error("{0}")]
     Unconfirmed(#[from] crate::seal::Unconfirmed),
+    #[error("{0}")]
+    Moved(#[from] crate::seal::Moved),
     #[error("the plan exceeds the deletion budget: {0}")]
     DeletionBudget(String),
     #[error("waiting: {0}")]

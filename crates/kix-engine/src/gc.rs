@@ -873,6 +873,7 @@ mod tests {
                     accepted: Default::default(),
                     rollback_from: None,
                     accepted_deletions: None,
+                    saved_plan: false,
                 },
                 engine: Engine::Local,
             },

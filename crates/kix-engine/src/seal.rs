@@ -63,12 +63,25 @@ pub enum Consent {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Destructive {
     actions: BTreeSet<(Consent, String)>,
+    /// Deletions of objects the build does not have (pruned): the only
+    /// deletions a plan makes. A record that lists only a digest can accept
+    /// fewer of them by count alone because of this.
+    undropped: Vec<String>,
 }
 
 impl Destructive {
     pub fn of(plan: &Plan) -> Destructive {
         let mut actions = BTreeSet::new();
+        let desired: std::collections::HashSet<&ObjectKey> =
+            plan.desired.iter().map(|d| &d.key).collect();
+        let pruned: std::collections::HashSet<&ObjectKey> =
+            plan.prune.iter().map(|o| &o.key).collect();
+        let mut undropped = Vec::new();
         for o in plan.objects() {
+            if o.action == Action::Delete && (desired.contains(&o.key) || !pruned.contains(&o.key))
+            {
+                undropped.push(format!("delete {}", o.key));
+            }
             let consent = match o.action {
                 Action::Delete => Consent::Deletion,
                 Action::Replace => Consent::Replace,
@@ -88,7 +101,7 @@ impl Destructive {
                 format!("migration {} {}", m.package, m.label()),
             ));
         }
-        Destructive { actions }
+        Destructive { actions, undropped }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -162,6 +175,13 @@ fn shown(actions: &[String]) -> String {
 /// Whether `planned` (an executor's re-plan) stays within what `accepted`
 /// confirmed: the same set (by digest), or a subset of the listed actions (a
 /// deletion already done, an interrupted deploy resumed).
+///
+/// A record that lists only a digest (more than [`Accepted::MAX_LISTED`]
+/// actions) cannot name a subset: then the re-plan passes when it has no
+/// more actions of each kind than were accepted, and its deletions are all
+/// of objects the Kix cluster owns and the build no longer has (an
+/// interrupted prune resumed deletes fewer of the same). It cannot tell one
+/// replace or adoption from another: the counts bound them.
 pub fn check(accepted: &Accepted, planned: &Destructive) -> Result<(), Unconfirmed> {
     if planned.is_empty() || planned.digest() == accepted.digest {
         return Ok(());
@@ -181,13 +201,91 @@ pub fn check(accepted: &Accepted, planned: &Destructive) -> Result<(), Unconfirm
             note: None,
         });
     }
+    let limits = [
+        (Consent::Deletion, accepted.deletions, "deletions"),
+        (Consent::Replace, accepted.replaces, "replaces"),
+        (Consent::Adoption, accepted.adoptions, "adoptions"),
+        (Consent::Migration, accepted.migrations, "migrations"),
+    ];
+    let over: Vec<(Consent, String)> = limits
+        .iter()
+        .filter(|(consent, limit, _)| planned.count(*consent) > *limit)
+        .map(|(consent, limit, what)| {
+            (
+                *consent,
+                format!("{} {what}, {limit} accepted", planned.count(*consent)),
+            )
+        })
+        .collect();
+    if over.is_empty() && planned.undropped.is_empty() {
+        return Ok(());
+    }
+    let kinds: BTreeSet<Consent> = over.iter().map(|(c, _)| *c).collect();
+    let mut why: Vec<String> = over.into_iter().map(|(_, w)| w).collect();
+    if !planned.undropped.is_empty() {
+        why.push("deletions of objects the build still has".to_string());
+    }
     Err(Unconfirmed {
-        actions: planned.lines().map(str::to_string).collect(),
+        actions: planned
+            .actions
+            .iter()
+            .filter(|(c, _)| kinds.contains(c))
+            .map(|(_, l)| l.clone())
+            .chain(planned.undropped.iter().cloned())
+            .collect(),
         note: Some(format!(
-            "the record accepts {} other destructive action(s), recorded by digest only",
-            accepted.total()
+            "the record accepts {} destructive action(s), by digest and counts only: {}",
+            accepted.total(),
+            why.join(", ")
         )),
     })
+}
+
+/// The re-plan an executor made right before acting is not the plan that
+/// was saved and confirmed (`kix deploy --plan`): nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the plan is no longer the saved plan (digest {saved}, now {now}): {}; nothing was changed, plan again",
+    shown(.changes)
+)]
+pub struct Moved {
+    pub saved: String,
+    pub now: String,
+    /// `- <action> <object>` saved only, `+ …` now only.
+    pub changes: Vec<String>,
+}
+
+impl Moved {
+    /// `Err` when `now` (a re-plan) does not have the digest `saved`;
+    /// `confirmed` is the plan made from the saved one, to say what moved.
+    pub fn check(saved: &str, confirmed: &Plan, now: &Plan) -> Result<(), Moved> {
+        if now.digest == saved {
+            return Ok(());
+        }
+        let before = action_lines(&serde_json::to_value(confirmed).unwrap_or(Value::Null));
+        Err(Moved {
+            saved: saved.to_string(),
+            now: now.digest.clone(),
+            changes: moved_lines(&before, now),
+        })
+    }
+}
+
+/// `- line` for each of `saved` that `plan` does not have, `+ line` for the
+/// reverse; a line saying only the content changed when the sets are equal.
+fn moved_lines(saved: &BTreeSet<String>, plan: &Plan) -> Vec<String> {
+    let now = action_lines(&serde_json::to_value(plan).unwrap_or(Value::Null));
+    let mut out: Vec<String> = saved
+        .difference(&now)
+        .map(|l| format!("- {l}"))
+        .chain(now.difference(saved).map(|l| format!("+ {l}")))
+        .collect();
+    if out.is_empty() {
+        out.push(
+            "the same actions, but their content or fields differ (the digest changed)".to_string(),
+        );
+    }
+    out
 }
 
 /// Consent given by other means than a confirmed plan (`--on-error
@@ -235,7 +333,11 @@ pub struct SavedPlan {
     pub cluster: String,
     pub store_path: String,
     pub digest: String,
+    /// The options it was planned with: what runs.
     pub options: PlanOptions,
+    /// Made for the operator (`kix plan --operator`, `"executor":
+    /// "operator"`), not the local engine.
+    pub operator: bool,
     document: Value,
 }
 
@@ -252,11 +354,21 @@ impl SavedPlan {
         };
         let options = serde_json::from_value(document["options"].clone())
             .map_err(|e| format!("not a kix plan: \"options\": {e}"))?;
+        let operator = match document.get("executor").and_then(Value::as_str) {
+            None | Some(EXECUTOR_LOCAL) => false,
+            Some(EXECUTOR_OPERATOR) => true,
+            Some(other) => {
+                return Err(format!(
+                    "not a kix plan: \"executor\" is {other:?}, not {EXECUTOR_LOCAL:?} or {EXECUTOR_OPERATOR:?}"
+                ));
+            }
+        };
         Ok(SavedPlan {
             cluster: field("cluster")?,
             store_path: field("storePath")?,
             digest: field("digest")?,
             options,
+            operator,
             document,
         })
     }
@@ -268,21 +380,27 @@ impl SavedPlan {
         if plan.digest == self.digest {
             return vec![];
         }
-        let saved = action_lines(&self.document);
-        let now = action_lines(&serde_json::to_value(plan).unwrap_or(Value::Null));
-        let mut out: Vec<String> = saved
-            .difference(&now)
-            .map(|l| format!("- {l}"))
-            .chain(now.difference(&saved).map(|l| format!("+ {l}")))
-            .collect();
-        if out.is_empty() {
-            out.push(
-                "the same actions, but their content or fields differ (the digest changed)"
-                    .to_string(),
-            );
-        }
-        out
+        moved_lines(&action_lines(&self.document), plan)
     }
+}
+
+/// The `executor` of a saved plan document: who it was planned for.
+pub const EXECUTOR_LOCAL: &str = "local";
+pub const EXECUTOR_OPERATOR: &str = "operator";
+
+/// The document `kix plan --out` writes: the plan's `--output json` and
+/// the executor it was planned for.
+pub fn saved_document(plan: &Plan, operator: bool) -> Value {
+    let mut document = serde_json::to_value(plan).unwrap_or(Value::Null);
+    if let Some(map) = document.as_object_mut() {
+        let executor = if operator {
+            EXECUTOR_OPERATOR
+        } else {
+            EXECUTOR_LOCAL
+        };
+        map.insert("executor".into(), json!(executor));
+    }
+    document
 }
 
 /// `<action> <Kind> <namespace>/<name>` of every object of a plan document,
@@ -330,6 +448,7 @@ mod tests {
     fn set(lines: &[(Consent, &str)]) -> Destructive {
         Destructive {
             actions: lines.iter().map(|(c, l)| (*c, l.to_string())).collect(),
+            undropped: vec![],
         }
     }
 
@@ -364,21 +483,46 @@ mod tests {
     }
 
     #[test]
-    fn a_large_set_is_recorded_by_digest_and_compared_whole() {
+    fn a_large_set_is_recorded_by_digest_and_checked_by_counts() {
         let many: Vec<(Consent, String)> = (0..Accepted::MAX_LISTED + 1)
             .map(|i| (Consent::Deletion, format!("delete ConfigMap a/c{i}")))
             .collect();
         let confirmed = Destructive {
             actions: many.iter().cloned().collect(),
+            undropped: vec![],
         };
         let accepted = confirmed.accepted();
         assert!(accepted.actions.is_empty(), "bounded record");
         assert_eq!(accepted.deletions as usize, Accepted::MAX_LISTED + 1);
         assert_eq!(check(&accepted, &confirmed), Ok(()));
-        let mut other = confirmed.clone();
-        other.actions.pop_first();
-        let err = check(&accepted, &other).expect_err("digest differs");
-        assert!(err.note.is_some());
-        assert!(err.to_string().contains("more"), "{err}");
+        // An interrupted prune resumed: some deletions already happened.
+        let mut fewer = confirmed.clone();
+        for _ in 0..30 {
+            fewer.actions.pop_first();
+        }
+        assert_eq!(check(&accepted, &fewer), Ok(()));
+        // One deletion more than accepted: every deletion is named.
+        let mut more = confirmed.clone();
+        more.actions
+            .insert((Consent::Deletion, "delete Namespace a".to_string()));
+        let err = check(&accepted, &more).expect_err("more deletions");
+        assert_eq!(err.actions.len(), Accepted::MAX_LISTED + 2);
+        assert!(
+            err.to_string().contains("102 deletions, 101 accepted"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("and 82 more"), "{err}");
+        // Another kind than was accepted: refused, naming it.
+        let mut replace = fewer.clone();
+        replace
+            .actions
+            .insert((Consent::Replace, "replace Service a/s".to_string()));
+        let err = check(&accepted, &replace).expect_err("a replace");
+        assert_eq!(err.actions, ["replace Service a/s"]);
+        // A deletion of an object the build still has: refused.
+        let mut kept = fewer.clone();
+        kept.undropped.push("delete ConfigMap a/c0".to_string());
+        let err = check(&accepted, &kept).expect_err("undropped");
+        assert!(err.to_string().contains("the build still has"), "{err}");
     }
 }

@@ -202,6 +202,7 @@ async fn rollback_after_an_interrupted_deploy_restores_the_last_good_build() {
             accepted: Default::default(),
             rollback_from: None,
             accepted_deletions: None,
+            saved_plan: false,
         },
         engine: kix_api::Engine::Local,
     };

@@ -243,6 +243,7 @@ async fn a_record_left_applying_is_failed_by_the_next_deploy_which_converges() {
             accepted: Default::default(),
             rollback_from: None,
             accepted_deletions: None,
+            saved_plan: false,
         },
         engine: Engine::Local,
     };

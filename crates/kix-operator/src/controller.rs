@@ -105,6 +105,10 @@ pub struct Context {
     pub kinds: Mutex<BTreeSet<String>>,
     /// Objects another manager keeps changing back, and their backoff.
     pub fights: Mutex<crate::fights::Fights>,
+    /// Starts a reconcile of a record (the applied one, when a new build
+    /// failed and it is current again).
+    pub trigger:
+        tokio::sync::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<Activation>>,
 }
 
 #[instrument(skip(record, ctx), fields(activation = %record.name_any()))]
@@ -294,6 +298,21 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     {
         return fail(ctx, &record, unconfirmed.to_string()).await;
     }
+    // A saved plan runs only as saved: checked now and again under the
+    // Lease. A resumed apply (Applying) was checked when it began.
+    let receipt = &record.spec.receipt;
+    let exact =
+        (receipt.saved_plan && phase == Phase::Pending).then(|| receipt.plan_digest.clone());
+    if let Some(saved) = &exact
+        && plan.digest != *saved
+    {
+        let moved = kix_engine::seal::Moved {
+            saved: saved.clone(),
+            now: plan.digest.clone(),
+            changes: counts_moved(&receipt.counts, &plan.counts),
+        };
+        return fail(ctx, &record, moved.to_string()).await;
+    }
     let deletions = DeletionConsent::from_receipt(record.spec.receipt.accepted_deletions);
     if !deletions.allows(&plan.deletion_budget) {
         if fresh {
@@ -310,6 +329,16 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         .lock()
         .map(|mut m| m.insert(cluster.clone(), name.clone()))
         .ok();
+    // The record that was applied: current again if this new build fails.
+    let applied = kix_engine::records::of_cluster(&all, &cluster)
+        .into_iter()
+        .rev()
+        .find(|r| {
+            r.is_operator()
+                && r.sequence() < record.sequence()
+                && matches!(r.phase(), Some(Phase::Active | Phase::Degraded))
+        })
+        .map(ResourceExt::name_any);
     if !fresh {
         crate::fights::before_correcting(ctx, &record, &mut plan).await;
     }
@@ -326,7 +355,15 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         force_conflicts: true,
         yield_to_kix_clusters: true,
         allow_empty: true,
-        on_error: OnError::Continue,
+        // A new build that cannot be applied fails (the applied record stays
+        // current); an unhealthy one is applied and ends Degraded. Drift
+        // correction of the applied record goes on past a refused object.
+        on_error: if fresh {
+            OnError::ContinueUnhealthy
+        } else {
+            OnError::Continue
+        },
+        exact_digest: exact,
         record: Some(name.clone()),
         holder: ctx.holder.clone(),
         lease: kix_engine::lease::LeaseOptions {
@@ -362,8 +399,19 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
             );
             return waiting(ctx, &record, message).await;
         }
+        // The re-plan under the Lease is not what was confirmed: nothing
+        // was changed; the applied record stays current.
+        Err(
+            err @ (kix_engine::EngineError::Moved(_) | kix_engine::EngineError::Unconfirmed(_)),
+        ) if fresh => {
+            restore_current(ctx, &cluster, applied.as_deref());
+            return fail(ctx, &record, err.to_string()).await;
+        }
         Err(err) => return Err(err.into()),
     };
+    if fresh && outcome.phase == Phase::Failed {
+        restore_current(ctx, &cluster, applied.as_deref());
+    }
     let api: Api<Activation> = Api::all(ctx.client.clone());
     let latest = api.get(&name).await.map_err(kix_engine::EngineError::Api)?;
     let mut status = latest.status.clone().unwrap_or_default();
@@ -400,6 +448,45 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     };
     event(ctx, &record, type_, reason, outcome.message.clone()).await;
     Ok(Action::requeue(ctx.resync))
+}
+
+/// A new build failed: owned objects' changes go to the record that was
+/// applied again, and it is reconciled now (it restores what the failed
+/// apply changed), not at the next resync.
+fn restore_current(ctx: &Context, cluster: &str, applied: Option<&str>) {
+    if let Ok(mut current) = ctx.current.lock() {
+        match applied {
+            Some(name) => current.insert(cluster.to_string(), name.to_string()),
+            None => current.remove(cluster),
+        };
+    }
+    if let Some(name) = applied {
+        info!("the new build failed; {name} stays current");
+        let _ = ctx
+            .trigger
+            .send(kube::runtime::reflector::ObjectRef::new(name));
+    }
+}
+
+/// What moved between a saved plan's counts and a re-plan's, one line per
+/// action whose count differs.
+fn counts_moved(saved: &kix_api::Counts, now: &kix_engine::plan::Counts) -> Vec<String> {
+    let pairs = [
+        ("create", saved.create, now.create),
+        ("update", saved.update, now.update),
+        ("delete", saved.delete, now.delete),
+        ("replace", saved.replace, now.replace),
+        ("adopt", saved.adopt, now.adopt),
+    ];
+    let mut lines: Vec<String> = pairs
+        .iter()
+        .filter(|(_, a, b)| a != b)
+        .map(|(what, a, b)| format!("{b} to {what}, {a} in the saved plan"))
+        .collect();
+    if lines.is_empty() {
+        lines.push("the same counts, but the actions or their content differ".to_string());
+    }
+    lines
 }
 
 async fn cleanup(record: Arc<Activation>, ctx: &Context) -> Result<Action, ReconcileError> {

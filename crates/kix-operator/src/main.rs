@@ -187,6 +187,7 @@ async fn main() -> anyhow::Result<()> {
         }
         info!(%identity, "elected leader");
         metrics.leader.store(true, Ordering::Relaxed);
+        let (trigger_tx, trigger_rx) = unbounded_channel();
         let ctx = Arc::new(Context {
             client: client.clone(),
             metrics: metrics.clone(),
@@ -208,8 +209,8 @@ async fn main() -> anyhow::Result<()> {
             current: Default::default(),
             kinds: Default::default(),
             fights: Default::default(),
+            trigger: trigger_tx.clone(),
         });
-        let (trigger_tx, trigger_rx) = unbounded_channel();
         let watches = tokio::spawn(triggers::run(ctx.clone(), trigger_tx));
         let records: Api<Activation> = Api::all(client.clone());
         // Reconciles on spec, deletion and finalizer changes of records, and

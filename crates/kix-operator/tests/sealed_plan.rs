@@ -634,8 +634,20 @@ async fn a_saved_plan_runs_only_while_it_is_what_a_deploy_would_do() {
         text(&out)
     );
 
-    // Planned again, run through the operator.
-    let saved = saved_plan(&env.cluster, &v2, &file("p3.json"));
+    // Planned again as the operator will, run through the operator.
+    let out = kix(&[
+        "plan",
+        &env.cluster,
+        "--path",
+        path_arg(&v2),
+        "--operator",
+        "--out",
+        &arg(&file("p3.json")),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file("p3.json")).expect("read"))
+            .expect("json");
     let out = kix(&[
         "deploy",
         &env.cluster,
@@ -691,4 +703,717 @@ async fn a_bad_saved_plan_is_refused_naming_the_file() {
         );
     }
     assert!(record(&env, 1).await.is_none(), "nothing recorded");
+}
+
+/// `kix <args>` in the background (killed if the test fails first).
+fn spawn_kix(args: &[&str]) -> BackgroundDeploy {
+    let child = kix_command(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn kix");
+    BackgroundDeploy(Some(child))
+}
+
+async fn set_phase(env: &TestEnv, n: u64, phase: Phase) {
+    Api::<Activation>::all(env.client.clone())
+        .patch_status(
+            &Activation::name_for(&env.cluster, n),
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"status": {"phase": phase}})),
+        )
+        .await
+        .expect("patch status");
+}
+
+fn configmaps(prefix: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| configmap(&format!("{prefix}{i}"), "one"))
+        .collect()
+}
+
+async fn count_configmaps(cms: &Api<ConfigMap>, prefix: &str) -> usize {
+    cms.list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .filter(|c| {
+            c.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn a_saved_plan_runs_with_the_options_it_was_planned_with() {
+    let env = TestEnv::new("seal-options").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    let both = format!("{}{}", configmap("a", "one"), configmap("b", "one"));
+    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &both);
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "two"),
+    );
+    let out = kix(&["deploy", &env.cluster, "--path", path_arg(&v1), "--yes"]);
+    assert!(out.status.success(), "{}", text(&out));
+    // Another tool owns a's value: only --force-conflicts takes it.
+    let theirs = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "a"}, "data": {"value": "theirs"}});
+    cms.patch(
+        "a",
+        &PatchParams::apply("other-tool").force(),
+        &Patch::Apply(&theirs),
+    )
+    .await
+    .expect("other manager");
+    let file = |n: &str| dir.path().join(n);
+    let arg = |p: &Path| p.to_str().expect("utf8").to_string();
+
+    // Saved with --force-conflicts --prune=false: run without the flags, it
+    // takes the field and deletes nothing.
+    let out = kix(&[
+        "plan",
+        &env.cluster,
+        "--path",
+        path_arg(&v2),
+        "--force-conflicts",
+        "--prune=false",
+        "--out",
+        &arg(&file("forced.json")),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kix(&["deploy", &env.cluster, "--plan", &arg(&file("forced.json"))]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(cm_value(&cms, "a").await.as_deref(), Some("two"));
+    assert!(cms.get_opt("b").await.expect("get").is_some(), "not pruned");
+
+    // Saved with pruning: a flag that says otherwise is refused, naming it.
+    let saved = saved_plan(&env.cluster, &v2, &file("pruning.json"));
+    assert_eq!(saved["executor"], "local");
+    let out = kix(&[
+        "deploy",
+        &env.cluster,
+        "--plan",
+        &arg(&file("pruning.json")),
+        "--prune=false",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("--prune=false (the plan has --prune=true)")
+            && stderr(&out).contains("nothing was changed"),
+        "{}",
+        text(&out)
+    );
+    assert!(cms.get_opt("b").await.expect("get").is_some(), "unchanged");
+    assert!(record(&env, 3).await.is_none(), "no record written");
+    let out = kix(&[
+        "deploy",
+        &env.cluster,
+        "--plan",
+        &arg(&file("pruning.json")),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        cms.get_opt("b").await.expect("get").is_none(),
+        "the saved deletion"
+    );
+}
+
+#[tokio::test]
+async fn an_operator_plan_is_saved_and_runs_only_through_the_operator() {
+    let env = TestEnv::new("seal-opplan").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let _op = start(&env, dir.path()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    let both = format!("{}{}", configmap("a", "one"), configmap("b", "one"));
+    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &both);
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "two"),
+    );
+    let out = deploy_operator(&env.cluster, &v1);
+    assert!(out.status.success(), "{}", text(&out));
+    let file = |n: &str| dir.path().join(n);
+    let arg = |p: &Path| p.to_str().expect("utf8").to_string();
+
+    // The operator's plan: it prunes whatever --prune says.
+    let out = kix(&[
+        "plan",
+        &env.cluster,
+        "--path",
+        path_arg(&v2),
+        "--operator",
+        "--prune=false",
+        "--out",
+        &arg(&file("operator.json")),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(stdout(&out).contains("1 to delete"), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("--prune has no effect in operator mode"),
+        "{}",
+        text(&out)
+    );
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file("operator.json")).expect("read"))
+            .expect("json");
+    assert_eq!(saved["executor"], "operator");
+    let out = kix(&[
+        "plan",
+        &env.cluster,
+        "--path",
+        path_arg(&v2),
+        "--prune=false",
+        "--out",
+        &arg(&file("local.json")),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    // Each runs only with the executor it was made for.
+    let out = kix(&[
+        "deploy",
+        &env.cluster,
+        "--plan",
+        &arg(&file("local.json")),
+        "--operator",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("is a plan for the local engine")
+            && stderr(&out).contains("--operator --out"),
+        "{}",
+        text(&out)
+    );
+    let out = kix(&[
+        "deploy",
+        &env.cluster,
+        "--plan",
+        &arg(&file("operator.json")),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("is the operator's plan"),
+        "{}",
+        text(&out)
+    );
+    assert!(record(&env, 2).await.is_none(), "no record written");
+
+    let out = kix(&[
+        "deploy",
+        &env.cluster,
+        "--plan",
+        &arg(&file("operator.json")),
+        "--operator",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(cm_value(&cms, "a").await.as_deref(), Some("two"));
+    assert!(
+        cms.get_opt("b").await.expect("get").is_none(),
+        "pruned as saved"
+    );
+    let second = record(&env, 2).await.expect("record 2");
+    assert!(second.spec.receipt.saved_plan, "{:?}", second.spec.receipt);
+    assert_eq!(
+        second.spec.receipt.plan_digest,
+        saved["digest"].as_str().expect("digest")
+    );
+}
+
+#[tokio::test]
+async fn the_operator_runs_a_saved_plan_only_while_its_plan_has_the_saved_digest() {
+    let env = TestEnv::new("seal-opmoved").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut op = start(&env, dir.path()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    let both = format!("{}{}", configmap("a", "one"), configmap("b", "one"));
+    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &both);
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "two"),
+    );
+    let out = deploy_operator(&env.cluster, &v1);
+    assert!(out.status.success(), "{}", text(&out));
+    let file = dir.path().join("operator.json");
+    let out = kix(&[
+        "plan",
+        &env.cluster,
+        "--path",
+        path_arg(&v2),
+        "--operator",
+        "--out",
+        file.to_str().expect("utf8"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    // The record is written while the operator is down; then b goes out of
+    // band: the operator's plan is no longer the saved one.
+    op.kill();
+    let deploy = spawn_kix(&[
+        "deploy",
+        &env.cluster,
+        "--plan",
+        file.to_str().expect("utf8"),
+        "--operator",
+    ]);
+    wait_until("record 2 is written", Duration::from_secs(60), || async {
+        record(&env, 2).await.is_some()
+    })
+    .await;
+    cms.delete("b", &Default::default())
+        .await
+        .expect("delete b");
+    let _op = start(&env, dir.path()).await;
+    let out = deploy.wait_with_output().expect("deploy");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("no longer the saved plan")
+            && stderr(&out).contains("0 to delete, 1 in the saved plan"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        cm_value(&cms, "a").await.as_deref(),
+        Some("one"),
+        "unchanged"
+    );
+    assert_eq!(
+        record(&env, 2).await.and_then(|r| r.phase()),
+        Some(Phase::Failed)
+    );
+    assert_eq!(
+        record(&env, 1).await.and_then(|r| r.phase()),
+        Some(Phase::Active),
+        "the applied record stays current"
+    );
+}
+
+#[tokio::test]
+async fn an_interrupted_prune_of_more_than_a_listed_number_of_deletions_resumes() {
+    let env = TestEnv::new("seal-many").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut op = start(&env, dir.path()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    let many = kix_api::Accepted::MAX_LISTED + 20;
+    let v1 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &format!("{}{}", configmap("keep", "one"), configmaps("c", many)),
+    );
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("keep", "one"),
+    );
+    let out = deploy_operator(&env.cluster, &v1);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(count_configmaps(&cms, "c").await, many);
+
+    // The record of v2 accepts its deletions by digest and counts only.
+    op.kill();
+    let root = path_arg(&v2).to_string();
+    let deploy = spawn_kix(&[
+        "deploy",
+        &env.cluster,
+        "--path",
+        &root,
+        "--operator",
+        "--yes",
+        "--accept-deletions",
+    ]);
+    wait_until("record 2 is written", Duration::from_secs(60), || async {
+        record(&env, 2).await.is_some()
+    })
+    .await;
+    let accepted = record(&env, 2).await.expect("record").spec.receipt.accepted;
+    assert!(accepted.actions.is_empty(), "{accepted:?}");
+    assert_eq!(accepted.deletions as usize, many);
+
+    // An operator stopped mid-prune: some deletions done, the record Applying.
+    for i in 0..30 {
+        cms.delete(&format!("c{i}"), &Default::default())
+            .await
+            .expect("delete");
+    }
+    set_phase(&env, 2, Phase::Applying).await;
+    let _op = start(&env, dir.path()).await;
+    let out = deploy.wait_with_output().expect("deploy");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        stderr(&out).contains(&format!("{}-2: Active", env.cluster)),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(count_configmaps(&cms, "c").await, 0, "the prune finished");
+    assert_eq!(cm_value(&cms, "keep").await.as_deref(), Some("one"));
+}
+
+#[tokio::test]
+async fn a_new_build_the_apiserver_refuses_fails_and_the_applied_record_stays_current() {
+    let env = TestEnv::new("seal-refused").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let _op = start(&env, dir.path()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    let v1 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "one"),
+    );
+    let out = deploy_operator(&env.cluster, &v1);
+    assert!(out.status.success(), "{}", text(&out));
+    // In a Namespace the build creates, so no dry-run sees it before the
+    // apply: a data key the apiserver refuses.
+    let extra = kix_testkit::unique_name("seal-refused-ns");
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &format!(
+            "{}---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: {extra}}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: bad, namespace: {extra}}}\ndata: {{\"not a key!\": x}}\n",
+            configmap("a", "two")
+        ),
+    );
+    let out = deploy_operator(&env.cluster, &v2);
+    let _ = env.kubectl(&["delete", "namespace", &extra, "--wait=false"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains(&format!("{}-2 failed", env.cluster))
+            && stderr(&out).contains("ConfigMap")
+            && stderr(&out).contains("bad"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        record(&env, 2).await.and_then(|r| r.phase()),
+        Some(Phase::Failed)
+    );
+    assert_eq!(
+        record(&env, 1).await.and_then(|r| r.phase()),
+        Some(Phase::Active),
+        "not superseded"
+    );
+    let out = kix(&["status", &env.cluster, "--operator"]);
+    assert!(
+        stdout(&out).contains(&format!("current activation: {}-1 (Active)", env.cluster)),
+        "{}",
+        text(&out)
+    );
+    // The applied record is reconciled: what the failed apply changed goes back.
+    wait_until("a is v1's again", Duration::from_secs(20), || async {
+        cm_value(&cms, "a").await.as_deref() == Some("one")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_unhealthy_new_build_ends_degraded_with_its_reasons_and_takes_over() {
+    let env = TestEnv::new("seal-unhealthy").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let _op = start(&env, dir.path()).await;
+    let v1 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "one"),
+    );
+    let out = deploy_operator(&env.cluster, &v1);
+    assert!(out.status.success(), "{}", text(&out));
+    // A Pod no node can take: Degraded once it stays unschedulable.
+    let pod = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: nowhere}\nspec:\n  nodeSelector: {kix-test: nowhere}\n  containers: [{name: app, image: \"example.invalid/app:1\"}]\n";
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &format!("{}{pod}", configmap("a", "two")),
+    );
+    let out = deploy_operator(&env.cluster, &v2);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "Degraded exits 1: {}",
+        text(&out)
+    );
+    assert!(
+        stdout(&out).contains(&format!("{}-2: Degraded", env.cluster))
+            && stderr(&out).contains("reason: package web: ")
+            && stderr(&out).contains(&format!("Pod {}/nowhere", env.namespace)),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        record(&env, 1).await.and_then(|r| r.phase()),
+        Some(Phase::Superseded),
+        "a Degraded build is applied: it takes over"
+    );
+}
+
+#[tokio::test]
+async fn deploy_through_the_operator_shows_the_objects_still_being_deleted() {
+    let env = TestEnv::new("seal-deleting").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let _op = start(&env, dir.path()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    let both = format!("{}{}", configmap("a", "one"), configmap("held", "one"));
+    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &both);
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "one"),
+    );
+    let out = deploy_operator(&env.cluster, &v1);
+    assert!(out.status.success(), "{}", text(&out));
+    let hold = serde_json::json!({"metadata": {"finalizers": ["kix.test/hold"]}});
+    cms.patch("held", &PatchParams::default(), &Patch::Merge(&hold))
+        .await
+        .expect("finalizer");
+    let out = deploy_operator(&env.cluster, &v2);
+    let released = cms
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "deleting ConfigMap {}/held (waits for kix.test/hold) since ",
+            env.namespace
+        )),
+        "{}",
+        text(&out)
+    );
+    released.expect("finalizer removed");
+}
+
+#[tokio::test]
+async fn rollback_from_names_the_applied_record_not_a_newer_pending_one() {
+    let env = TestEnv::new("seal-from").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let v1 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "v1"),
+    );
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "v2"),
+    );
+    for root in [&v1, &v2] {
+        let out = kix(&["deploy", &env.cluster, "--path", path_arg(root), "--yes"]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    // A newer record nobody acts on (no operator runs), still Pending.
+    let second = record(&env, 2).await.expect("record 2");
+    write_record(&env, 3, &second.spec.source.path).await;
+
+    let out = kix(&["rollback", &env.cluster, "--yes"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let fourth = record(&env, 4).await.expect("record 4");
+    assert_eq!(
+        fourth.spec.receipt.rollback_from.as_deref(),
+        Some(format!("{}-2", env.cluster).as_str()),
+        "the record that was applied"
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    assert_eq!(cm_value(&cms, "a").await.as_deref(), Some("v1"));
+}
+
+#[tokio::test]
+async fn rollback_through_the_operator_needs_yes_without_a_terminal() {
+    let env = TestEnv::new("seal-rbyes").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let _op = start(&env, dir.path()).await;
+    let v1 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "v1"),
+    );
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "v2"),
+    );
+    for root in [&v1, &v2] {
+        let out = deploy_operator(&env.cluster, root);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let out = kix(&["rollback", &env.cluster, "--operator"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("confirmation needed and stdin is not a terminal"),
+        "{}",
+        text(&out)
+    );
+    assert!(record(&env, 3).await.is_none(), "nothing recorded");
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    assert_eq!(cm_value(&cms, "a").await.as_deref(), Some("v2"));
+}
+
+#[tokio::test]
+async fn status_shows_a_newer_applying_record_on_its_own_line() {
+    let env = TestEnv::new("seal-applying").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut op = start(&env, dir.path()).await;
+    let v1 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "one"),
+    );
+    let out = deploy_operator(&env.cluster, &v1);
+    assert!(out.status.success(), "{}", text(&out));
+    op.kill();
+    let first = record(&env, 1).await.expect("record 1");
+    write_record(&env, 2, &first.spec.source.path).await;
+    set_phase(&env, 2, Phase::Applying).await;
+
+    let out = kix(&["status", &env.cluster, "--operator"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let shown = stdout(&out);
+    assert!(
+        shown.contains(&format!("current activation: {}-1 (Active)", env.cluster)),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("latest activation: {}-2 (Applying)", env.cluster)),
+        "{shown}"
+    );
+}
+
+#[tokio::test]
+async fn local_gc_names_an_object_held_by_a_finalizer_and_exits_1() {
+    let env = TestEnv::new("seal-gc-held").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    let both = format!("{}{}", configmap("keep", "one"), configmap("held", "one"));
+    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &both);
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("keep", "two"),
+    );
+    let out = kix(&["deploy", &env.cluster, "--path", path_arg(&v1), "--yes"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kix(&[
+        "deploy",
+        &env.cluster,
+        "--path",
+        path_arg(&v2),
+        "--yes",
+        "--prune=false",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let hold = serde_json::json!({"metadata": {"finalizers": ["kix.test/hold"]}});
+    cms.patch("held", &PatchParams::default(), &Patch::Merge(&hold))
+        .await
+        .expect("finalizer");
+
+    let out = kix_env(
+        &["gc", &env.cluster, "--keep", "0", "--yes"],
+        &[("KIX_GC_WAIT_SECONDS", "3")],
+    );
+    let released = cms
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "not gone: ConfigMap {}/held (Terminating, held by finalizers kix.test/hold)",
+            env.namespace
+        )),
+        "{}",
+        text(&out)
+    );
+    released.expect("finalizer removed");
+}
+
+#[tokio::test]
+async fn the_local_engine_flags_do_not_change_the_operator_plan_shown() {
+    let env = TestEnv::new("seal-flags2").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    let both = format!("{}{}", configmap("a", "one"), configmap("b", "one"));
+    let v1 = tree(dir.path(), &env.cluster, &env.namespace, &both);
+    let v2 = tree(
+        dir.path(),
+        &env.cluster,
+        &env.namespace,
+        &configmap("a", "two"),
+    );
+    let out = kix(&["deploy", &env.cluster, "--path", path_arg(&v1), "--yes"]);
+    assert!(out.status.success(), "{}", text(&out));
+    // Another manager owns a's value: --force-conflicts changes a local plan.
+    let theirs = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "a"}, "data": {"value": "theirs"}});
+    cms.patch(
+        "a",
+        &PatchParams::apply("other-tool").force(),
+        &Patch::Apply(&theirs),
+    )
+    .await
+    .expect("other manager");
+    let digest = |extra: &[&str]| {
+        let mut args: Vec<&str> = vec![
+            "deploy",
+            &env.cluster,
+            "--path",
+            path_arg(&v2),
+            "--operator",
+            "--dry-run",
+            "-o",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let out = kix(&args);
+        assert!(out.status.success(), "{}", text(&out));
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        (plan["digest"].as_str().expect("digest").to_string(), out)
+    };
+    let (plain, _) = digest(&[]);
+    let (flagged, out) = digest(&[
+        "--prune-mode",
+        "orphan",
+        "--force-conflicts",
+        "--on-error",
+        "continue",
+    ]);
+    assert_eq!(plain, flagged, "{}", text(&out));
+    for flag in ["--prune-mode", "--force-conflicts", "--on-error"] {
+        assert!(
+            stderr(&out).contains(&format!("{flag} has no effect in operator mode")),
+            "{}",
+            text(&out)
+        );
+    }
+    let local = kix(&["plan", &env.cluster, "--path", path_arg(&v2), "-o", "json"]);
+    let local: serde_json::Value = serde_json::from_slice(&local.stdout).expect("json");
+    assert_ne!(
+        local["digest"].as_str(),
+        Some(plain.as_str()),
+        "the flags would change a local plan: the test can tell"
+    );
 }

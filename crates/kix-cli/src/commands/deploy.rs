@@ -153,14 +153,15 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
     };
     let client = crate::kube_client::client(global, build.settings.context.as_deref()).await?;
     // Operator mode shows the operator's plan: its engine settings, not the
-    // local-engine flags.
-    let plan_options = if args.operator {
+    // local-engine flags. A saved plan runs with the options it was made
+    // with, for the executor it was made for.
+    if args.operator {
         super::operator::warn_local_engine_flags();
-        super::operator::plan_options()
-    } else if let Some(saved) = &saved {
-        saved.options.clone()
-    } else {
-        args.engine.plan_options()
+    }
+    let plan_options = match (&saved, &args.plan) {
+        (Some(saved), Some(file)) => saved_plan_options(saved, file, &args)?,
+        _ if args.operator => super::operator::plan_options(),
+        _ => args.engine.plan_options(),
     };
     let plan = kix_engine::plan::plan(&client, &build, path.as_str(), &plan_options).await?;
     if let (Some(saved), Some(file)) = (&saved, &args.plan) {
@@ -187,13 +188,16 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
             OnErrorArg::Continue => OnError::Continue,
             OnErrorArg::Rollback => OnError::Rollback,
         },
-        prune: args.engine.prune,
+        // What was planned is what runs: the plan's options, not the flags
+        // (the same unless the plan was saved).
+        prune: plan_options.prune,
         prune_mode: match args.prune_mode {
             PruneModeArg::Background => PruneMode::Background,
             PruneModeArg::Foreground => PruneMode::Foreground,
             PruneModeArg::Orphan => PruneMode::Orphan,
         },
-        force_conflicts: args.engine.force_conflicts,
+        force_conflicts: plan_options.force_conflicts,
+        yield_to_kix_clusters: plan_options.yield_to_kix_clusters,
         accept_migrations: args.confirm.accept_migrations,
         deletions: args.confirm.deletion_consent(),
         allow_empty: args.allow_empty,
@@ -203,6 +207,9 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
             flake: args.source.flake.clone(),
             ..ReceiptInfo::local()
         },
+        // A saved plan runs only as saved: re-checked under the Lease (by
+        // the operator too, which the record tells).
+        exact_digest: saved.as_ref().map(|s| s.digest.clone()),
         ..DeployOptions::default()
     };
     // Undocumented, for the fault tests: a shorter deploy Lease (a killed
@@ -252,6 +259,55 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The options a saved plan runs with: the ones it was made with. Refused
+/// when it was made for the other executor, or when a flag given now says
+/// otherwise (naming the flag); nothing was changed then.
+fn saved_plan_options(
+    saved: &kix_engine::seal::SavedPlan,
+    file: &std::path::Path,
+    args: &DeployArgs,
+) -> anyhow::Result<kix_engine::plan::PlanOptions> {
+    let shown = file.display();
+    let cluster = &args.cluster;
+    match (saved.operator, args.operator) {
+        (false, true) => anyhow::bail!(
+            "{shown} is a plan for the local engine (kix plan without --operator); the operator makes its own plan: save one with `kix plan {cluster} --operator --out FILE`: nothing was changed"
+        ),
+        (true, false) => anyhow::bail!(
+            "{shown} is the operator's plan (kix plan --operator): run it with `kix deploy {cluster} --plan {shown} --operator`: nothing was changed"
+        ),
+        (true, true) => return Ok(super::operator::plan_options()),
+        (false, false) => {}
+    }
+    let options = &saved.options;
+    let flags = [
+        ("--prune", args.engine.prune, options.prune),
+        ("--reconcile", args.engine.reconcile, options.reconcile),
+        (
+            "--force-conflicts",
+            args.engine.force_conflicts,
+            options.force_conflicts,
+        ),
+    ];
+    let contradicting: Vec<String> = flags
+        .iter()
+        .filter(|(flag, given, planned)| super::operator::flag_given(flag) && given != planned)
+        .map(|(flag, _, planned)| {
+            format!(
+                "{flag}={given} (the plan has {flag}={planned})",
+                given = !planned
+            )
+        })
+        .collect();
+    if !contradicting.is_empty() {
+        anyhow::bail!(
+            "{shown} was planned with other options than {}: a saved plan runs as it was planned; plan again with the flags you want: nothing was changed",
+            contradicting.join(", ")
+        );
+    }
+    Ok(options.clone())
 }
 
 /// The plan `kix plan --out` saved in `file`, for Kix cluster `cluster`.

@@ -131,7 +131,8 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
     }
     let holder = kix_engine::deploy::DeployOptions::default().holder;
     let report = kix_engine::gc::execute(&client, &plan, &roots, &format!("{holder} (gc)")).await?;
-    let remaining = wait_objects_gone(&client, &plan).await?;
+    let until = std::time::Instant::now() + super::operator::gc_wait();
+    let remaining = wait_objects_gone(&client, &plan, None, until).await?;
     match args.output {
         OutputFormat::Json => print_stdout(&json_text(
             &serde_json::json!({"plan": plan, "report": report, "remaining": remaining}),
@@ -282,29 +283,28 @@ async fn gc_with_operator(client: &kube::Client, plan: &GcPlan) -> anyhow::Resul
                 continue;
             }
         }
+        // Up to 300 s per record: for the record and the objects it named.
+        let until = std::time::Instant::now() + super::operator::gc_wait();
         kix_engine::records::delete(client, name).await?;
-        if let Err(err) = super::operator::wait_deleted(client, name).await {
+        if let Err(err) = super::operator::wait_deleted(client, name, until).await {
             eprintln!("error: {err:#}");
             failed.insert(name.clone());
+            continue;
         }
-    }
-    let remaining = wait_objects_gone(client, plan).await?;
-    for retired in &plan.retired {
-        let name = &retired.name;
-        let held: Vec<String> = remaining
+        let held: Vec<String> = wait_objects_gone(client, plan, Some(name), until)
+            .await?
             .iter()
-            .filter(|r| r.activations.contains(name))
             .map(|r| r.to_string())
             .collect();
-        if !held.is_empty() {
+        if held.is_empty() {
+            println!("deleted {name}");
+        } else {
             eprintln!(
                 "error: {name}: the record is gone but {} object(s) it named are not: {}",
                 held.len(),
                 held.join("; ")
             );
             failed.insert(name.clone());
-        } else if !failed.contains(name) {
-            println!("deleted {name}");
         }
     }
     if failed.is_empty() {
@@ -318,16 +318,21 @@ async fn gc_with_operator(client: &kube::Client, plan: &GcPlan) -> anyhow::Resul
     }
 }
 
-/// Waits (up to gc's wait) until the objects `plan` deletes are gone; what
-/// is still there then, with what holds it.
+/// Waits until `until` for the objects `plan` deletes (those naming
+/// `record`, when given) to be gone; what is still there then, with what
+/// holds it.
 async fn wait_objects_gone(
     client: &kube::Client,
     plan: &GcPlan,
+    record: Option<&str>,
+    until: std::time::Instant,
 ) -> anyhow::Result<Vec<kix_engine::gc::Remaining>> {
-    let started = std::time::Instant::now();
     loop {
-        let remaining = plan.remaining(client).await?;
-        if remaining.is_empty() || started.elapsed() >= super::operator::gc_wait() {
+        let mut remaining = plan.remaining(client).await?;
+        if let Some(name) = record {
+            remaining.retain(|r| r.activations.iter().any(|a| a == name));
+        }
+        if remaining.is_empty() || std::time::Instant::now() >= until {
             return Ok(remaining);
         }
         tokio::time::sleep(super::operator::POLL_EVERY).await;

@@ -14,7 +14,8 @@ use kube::{Client, ResourceExt};
 /// How often the CLI polls the record, and how long it waits for a terminal phase.
 pub const POLL_EVERY: Duration = Duration::from_secs(2);
 pub const WAIT_FOR: Duration = Duration::from_secs(600);
-/// How long `gc --operator` waits for the finalizer of each record.
+/// How long gc waits for each record: for the record (its finalizer) and
+/// for the objects it named to be gone.
 pub const GC_WAIT_PER_RECORD: Duration = Duration::from_secs(300);
 
 /// The flags that control the local engine and do nothing in operator mode.
@@ -29,12 +30,18 @@ pub const LOCAL_ENGINE_FLAGS: [&str; 8] = [
     "--log-format",
 ];
 
+/// Whether `flag` (`--prune`) was given on the command line, with or
+/// without a value.
+pub fn flag_given(flag: &str) -> bool {
+    std::env::args().any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+}
+
 /// Warns about each local-engine flag given on the command line.
 pub fn warn_local_engine_flags() {
     let given: Vec<&str> = LOCAL_ENGINE_FLAGS
         .iter()
         .copied()
-        .filter(|flag| std::env::args().any(|a| a == *flag || a.starts_with(&format!("{flag}="))))
+        .filter(|flag| flag_given(flag))
         .collect();
     for flag in given {
         eprintln!(
@@ -111,6 +118,9 @@ pub async fn wait_for_operator(client: &Client, name: &str) -> anyhow::Result<Ph
             eprintln!("{line}");
             last = line;
         }
+        if matches!(phase, Phase::Active | Phase::Degraded | Phase::Failed) {
+            print_deleting(&status);
+        }
         match phase {
             Phase::Active => return Ok(phase),
             Phase::Degraded => {
@@ -153,6 +163,27 @@ fn progress_line(name: &str, status: &ActivationStatus) -> String {
     line
 }
 
+/// The objects the record's prune deleted that are still there, held by
+/// finalizers, as the local deploy prints them, with since when.
+fn print_deleting(status: &ActivationStatus) {
+    for d in &status.deleting {
+        let mut line = crate::progress::deleting_line(&d.object.to_string(), &d.finalizers);
+        if let Some(since) = d.since {
+            line.push_str(&format!(" since {}", since.to_rfc3339()));
+        }
+        eprintln!("{line}");
+    }
+    let total = status
+        .deleting_total
+        .unwrap_or(status.deleting.len() as u32);
+    if total as usize > status.deleting.len() {
+        eprintln!(
+            "  and {} more being deleted",
+            total as usize - status.deleting.len()
+        );
+    }
+}
+
 /// The reasons of a Degraded or Failed record: its message, one reason a
 /// line, and each object it could not delete.
 fn print_reasons(status: &ActivationStatus) {
@@ -173,17 +204,16 @@ pub fn gc_wait() -> Duration {
         .map_or(GC_WAIT_PER_RECORD, Duration::from_secs)
 }
 
-/// Waits until the record is gone (its finalizer released its objects), up to
-/// 300 s; an error names what the finalizer could not delete.
-pub async fn wait_deleted(client: &Client, name: &str) -> anyhow::Result<()> {
+/// Waits until the record is gone (its finalizer released its objects), up
+/// to `until`; an error names what the finalizer could not delete.
+pub async fn wait_deleted(client: &Client, name: &str, until: Instant) -> anyhow::Result<()> {
     let api: Api<Activation> = Api::all(client.clone());
-    let started = Instant::now();
     let limit = gc_wait();
     loop {
         let Some(record) = api.get_opt(name).await? else {
             return Ok(());
         };
-        if started.elapsed() >= limit {
+        if Instant::now() >= until {
             let status = record.status.unwrap_or_default();
             let failed: Vec<String> = status
                 .failed_deletions

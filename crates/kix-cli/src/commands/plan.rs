@@ -28,9 +28,17 @@ pub struct PlanArgs {
     #[arg(long)]
     pub show_unchanged: bool,
     /// Also write the plan to FILE (the `--output json` document: digest,
-    /// store path and Kix cluster included) for `kix deploy --plan FILE`.
+    /// store path, Kix cluster, options and executor included) for `kix
+    /// deploy --plan FILE`.
     #[arg(long, value_name = "FILE")]
     pub out: Option<std::path::PathBuf>,
+    /// Plan as the in-cluster operator will (it prunes, takes other
+    /// managers' fields but not other Kix clusters', trusts recorded
+    /// digests): the plan `kix deploy --operator` shows, and with `--out`
+    /// one for `kix deploy --plan FILE --operator`. `--prune`,
+    /// `--reconcile` and `--force-conflicts` have no effect with it.
+    #[arg(long)]
+    pub operator: bool,
 }
 
 /// Plan options shared by `plan` and `deploy`.
@@ -66,11 +74,17 @@ pub async fn exec(args: PlanArgs, global: &GlobalArgs) -> anyhow::Result<ExitCod
         .build_and_read(&args.cluster, global, &[])
         .await?;
     let client = crate::kube_client::client(global, build.settings.context.as_deref()).await?;
-    let plan =
-        kix_engine::plan::plan(&client, &build, path.as_str(), &args.engine.plan_options()).await?;
+    let options = if args.operator {
+        super::operator::warn_local_engine_flags();
+        super::operator::plan_options()
+    } else {
+        args.engine.plan_options()
+    };
+    let plan = kix_engine::plan::plan(&client, &build, path.as_str(), &options).await?;
     print_plan(&plan, args.output, args.show_unchanged)?;
     if let Some(file) = &args.out {
-        let mut text = serde_json::to_string_pretty(&plan)?;
+        let document = kix_engine::seal::saved_document(&plan, args.operator);
+        let mut text = serde_json::to_string_pretty(&document)?;
         text.push('\n');
         std::fs::write(file, text)
             .with_context(|| format!("writing the plan to {}", file.display()))?;

@@ -94,7 +94,9 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
     if mine.is_empty() {
         bail!("Kix cluster {:?} has no activations", args.cluster);
     }
-    let current = kix_engine::records::current(&all, &args.cluster);
+    // The record whose build is live (Active or Degraded): a newer record
+    // still Pending or Applying is not what the rollback goes back from.
+    let current = kix_engine::records::applied(&all, &args.cluster);
     let target = select_target(&mine, current, args.to.as_deref(), &args.cluster)?;
     let target_name = target.name_any();
     let path = target.spec.source.path.clone();
