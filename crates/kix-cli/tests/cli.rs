@@ -99,7 +99,12 @@ async fn exit_1_for_a_degraded_deploy_and_3_for_plan_exit_code() {
     let out = kix
         .deploy(&bad, &["--on-error", "continue", "--timeout", "2s"])
         .code(1);
-    assert!(out.stdout.contains(": Degraded"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(": Degraded"),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
     let out = kix.deploy(&bad, &["--timeout", "2s", "-o", "json"]).code(1);
     let outcome: serde_json::Value = serde_json::from_str(
         out.stdout
