@@ -134,6 +134,9 @@ pub struct Accepted {
     /// Package migrations crossed.
     #[serde(default)]
     pub migrations: u32,
+    /// CRD versions that may hold stored objects, dropped or no longer served.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub crd_versions: u32,
     /// The actions (`delete ConfigMap ns/name`, `replace …`, `adopt …`,
     /// `migration …`), when there are at most [`Accepted::MAX_LISTED`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -146,7 +149,7 @@ impl Accepted {
 
     /// How many destructive actions were accepted.
     pub fn total(&self) -> u32 {
-        self.deletions + self.replaces + self.adoptions + self.migrations
+        self.deletions + self.replaces + self.adoptions + self.migrations + self.crd_versions
     }
 
     /// Nothing destructive was accepted.
@@ -158,6 +161,10 @@ impl Accepted {
     pub fn is_listed(&self) -> bool {
         self.actions.len() as u64 == u64::from(self.total())
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A plan's object counts by action.

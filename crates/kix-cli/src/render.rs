@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use kix_engine::crd_upgrade::CrdUpgrade;
 use kix_engine::plan::{Action, Plan, PlannedObject};
 use kix_engine::records::CrdState;
 
@@ -96,6 +97,9 @@ pub fn plan_text(plan: &Plan, style: Style, show_unchanged: bool) -> String {
                 continue;
             }
             object_text(&mut out, object, style);
+            if let Some(upgrade) = plan.crd_upgrade(&object.key) {
+                crd_upgrade_text(&mut out, upgrade, style);
+            }
         }
         if unchanged > 0 && !show_unchanged {
             let _ = writeln!(
@@ -126,6 +130,13 @@ pub fn plan_text(plan: &Plan, style: Style, show_unchanged: bool) -> String {
     }
     if !plan.migrations.is_empty() {
         let _ = writeln!(out, "{} migrations to run", plan.migrations.len());
+    }
+    for refusal in kix_engine::crd_upgrade::refusals(&plan.crd_upgrades) {
+        let _ = writeln!(
+            out,
+            "\n{}: {refusal}",
+            style.paint("31", "CRD upgrade refused")
+        );
     }
     if plan.deletion_budget.is_exceeded() {
         let _ = writeln!(
@@ -164,6 +175,22 @@ fn migrations_text(out: &mut String, plan: &Plan, package: &str, style: Style) {
             let action = style.paint("31", &format!("{:<10}", a.action.to_string()));
             let _ = writeln!(out, "      {action}{}", a.object);
         }
+    }
+}
+
+/// A CRD's changes per version, then the stored versions it drops or stops
+/// serving.
+fn crd_upgrade_text(out: &mut String, upgrade: &CrdUpgrade, style: Style) {
+    for change in &upgrade.changes {
+        let _ = writeln!(out, "      {change}");
+    }
+    for action in upgrade.actions() {
+        let _ = writeln!(
+            out,
+            "      {}: {action} ({}; needs --accept-migrations)",
+            style.paint("31", "destructive"),
+            upgrade.objects_text()
+        );
     }
 }
 
@@ -211,7 +238,46 @@ fn object_text(out: &mut String, object: &PlannedObject, style: Style) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kix_engine::crd_upgrade::{Hazard, SchemaChange, VersionHazard};
     use kix_manifest::ObjectKey;
+
+    #[test]
+    fn a_crds_changes_per_version_then_its_destructive_ones() {
+        let change = |version: &str, path: &str, change: &str| SchemaChange {
+            version: version.into(),
+            path: path.into(),
+            change: change.into(),
+        };
+        let upgrade = CrdUpgrade {
+            key: ObjectKey {
+                group: "apiextensions.k8s.io".into(),
+                kind: "CustomResourceDefinition".into(),
+                namespace: None,
+                name: "widgets.example.com".into(),
+            },
+            stored_versions: vec!["v1alpha1".into(), "v1".into()],
+            objects: Some(3),
+            changes: vec![
+                change("v1", "spec.replicas", "type integer → string"),
+                change("v1alpha1", "", "served true → false"),
+            ],
+            destructive: vec![VersionHazard {
+                version: "v1alpha1".into(),
+                hazard: Hazard::NotServed,
+            }],
+        };
+        let mut out = String::new();
+        crd_upgrade_text(&mut out, &upgrade, Style { color: false });
+        let expected = [
+            "      v1: spec.replicas: type integer → string",
+            "      v1alpha1: served true → false",
+            "      destructive: stop serving stored version v1alpha1 of \
+             CustomResourceDefinition.apiextensions.k8s.io/widgets.example.com \
+             (3 widgets.example.com objects exist, stored versions v1alpha1, v1; \
+             needs --accept-migrations)",
+        ];
+        assert_eq!(out, expected.map(|l| format!("{l}\n")).concat());
+    }
 
     #[test]
     fn the_servers_warnings_follow_their_object() {

@@ -635,6 +635,7 @@ mod tests {
             kinds: vec![],
             deletion_budget: kix_engine::budget::BudgetCheck::of(None, &Counts::default()),
             migrations: vec![],
+            crd_upgrades: vec![],
             desired: vec![],
             options: Default::default(),
         }

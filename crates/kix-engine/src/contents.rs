@@ -79,7 +79,7 @@ async fn custom_resources(client: &Client, name: &str) -> Option<u32> {
 
 /// Objects behind `api`: the first page of one, plus what the apiserver
 /// says remains. A kind that cannot be listed counts none.
-async fn how_many(api: &Api<DynamicObject>) -> u32 {
+pub(crate) async fn how_many(api: &Api<DynamicObject>) -> u32 {
     match api.list_metadata(&ListParams::default().limit(1)).await {
         Ok(list) => {
             let rest = list.metadata.remaining_item_count.unwrap_or(0).max(0);

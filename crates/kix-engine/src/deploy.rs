@@ -276,6 +276,11 @@ pub fn check_plan(plan: &Plan, build: &Build, options: &DeployOptions) -> Result
     if !conflicts.is_empty() {
         return Err(EngineError::Conflicts(conflicts.join(", ")));
     }
+    // Before the acceptance: accepted or not, the apiserver would refuse it.
+    let refused = crate::crd_upgrade::refusals(&plan.crd_upgrades);
+    if !refused.is_empty() {
+        return Err(EngineError::CrdStoredVersion(refused.join("; ")));
+    }
     let accept = plan.needs_acceptance();
     if !accept.is_empty() && !options.accept_migrations {
         return Err(EngineError::NeedsAcceptance(accept.join("; ")));

@@ -59,6 +59,8 @@ pub enum EngineError {
     Unconfirmed(#[from] crate::seal::Unconfirmed),
     #[error("{0}")]
     Moved(#[from] crate::seal::Moved),
+    #[error("refusing the CRD upgrade, nothing was changed: {0}")]
+    CrdStoredVersion(String),
     #[error("the plan exceeds the deletion budget: {0}")]
     DeletionBudget(String),
     #[error("waiting: {0}")]

@@ -12,6 +12,7 @@
 
 pub mod budget;
 pub mod contents;
+pub mod crd_upgrade;
 pub mod deploy;
 pub mod desired;
 pub mod diff;

@@ -153,6 +153,10 @@ pub struct Plan {
     /// The package migrations this deploy crosses, in the order they run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub migrations: Vec<crate::migrations::PlannedMigration>,
+    /// The CRDs the deploy changes: per version changes, stored versions
+    /// dropped or no longer served ([`crate::crd_upgrade`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub crd_upgrades: Vec<crate::crd_upgrade::CrdUpgrade>,
     #[serde(skip)]
     pub desired: Vec<Desired>,
     /// The options it was planned with: an executor re-plans with them.
@@ -203,7 +207,16 @@ impl Plan {
                     None => format!("delete {} (destructive)", o.key),
                 },
             });
-        migrations.into_iter().chain(objects).collect()
+        let crds = self
+            .crd_upgrades
+            .iter()
+            .flat_map(crate::crd_upgrade::CrdUpgrade::acceptance);
+        migrations.into_iter().chain(crds).chain(objects).collect()
+    }
+
+    /// The upgrade of the CRD `key` names, when the plan changes it.
+    pub fn crd_upgrade(&self, key: &ObjectKey) -> Option<&crate::crd_upgrade::CrdUpgrade> {
+        self.crd_upgrades.iter().find(|u| &u.key == key)
     }
 
     pub fn conflicts(&self) -> Vec<String> {
@@ -306,6 +319,13 @@ pub async fn plan(
     let checked = dry_run_all(client, first_pass, &desired, &observed, &ctx, options).await?;
     let mut packages = by_package(build, checked);
     let migrations = migrations_crossed(client, build, &mut packages, &ctx).await?;
+    let crd_upgrades = crate::crd_upgrade::analyse(
+        client,
+        &desired,
+        &packages.iter().flat_map(|p| &p.objects).collect::<Vec<_>>(),
+    )
+    .await?;
+    crate::crd_upgrade::trim_changes(&mut packages, &crd_upgrades);
     let mut prune = if options.prune {
         prune_candidates(&desired, &observed.live, &ctx)
     } else {
@@ -328,6 +348,7 @@ pub async fn plan(
         kinds: kinds_of(&desired),
         deletion_budget,
         migrations,
+        crd_upgrades,
         desired,
         options: options.clone(),
         cluster: ctx.cluster,
@@ -871,6 +892,13 @@ fn checked(
             planned.action = Action::Replace;
             planned.fields = fields;
             planned.note = Some(format!("cannot change in place: {}", reasons.join("; ")));
+            Ok(planned)
+        }
+        // Planned (and refused) by the CRD upgrade's rules, with what to do.
+        Err(kube::Error::Api(status))
+            if d.is_crd() && crate::crd_upgrade::is_stored_version_removal(&status) =>
+        {
+            planned.note = Some(crate::crd_upgrade::NOTE_STORED_REMOVED.into());
             Ok(planned)
         }
         // A read-only account may plan: the change is shown without the

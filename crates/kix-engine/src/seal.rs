@@ -46,7 +46,15 @@ pub fn digest(plan: &Plan) -> String {
         "kixCrds": (plan.kix_crds != CrdState::Current).then(|| format!("{:?}", plan.kix_crds)),
         "objects": objects,
         "migrations": crate::migrations::acceptance(&plan.migrations),
+        "crdVersions": crd_actions(plan).collect::<Vec<_>>(),
     }))
+}
+
+/// The CRD versions a plan drops or stops serving while they are stored.
+fn crd_actions(plan: &Plan) -> impl Iterator<Item = String> + '_ {
+    plan.crd_upgrades
+        .iter()
+        .flat_map(crate::crd_upgrade::CrdUpgrade::actions)
 }
 
 /// The kinds of consent a destructive action needs.
@@ -56,6 +64,8 @@ pub enum Consent {
     Replace,
     Adoption,
     Migration,
+    /// A stored CRD version dropped or no longer served.
+    CrdVersion,
 }
 
 /// The destructive actions of a plan, sorted: `delete Kind ns/name`,
@@ -101,6 +111,9 @@ impl Destructive {
                 format!("migration {} {}", m.package, m.label()),
             ));
         }
+        for line in crd_actions(plan) {
+            actions.insert((Consent::CrdVersion, line));
+        }
         Destructive { actions, undropped }
     }
 
@@ -132,6 +145,7 @@ impl Destructive {
             replaces: self.count(Consent::Replace),
             adoptions: self.count(Consent::Adoption),
             migrations: self.count(Consent::Migration),
+            crd_versions: self.count(Consent::CrdVersion),
             actions: if self.actions.len() <= Accepted::MAX_LISTED {
                 self.lines().map(str::to_string).collect()
             } else {
@@ -313,6 +327,7 @@ impl Consented {
                     .filter(|_| !self.others)
                     .map(|m| format!("migration {} {}", m.package, m.label())),
             )
+            .chain(crd_actions(plan).filter(|_| !self.others))
             .collect();
         if actions.is_empty() {
             Ok(())
