@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use kix_engine::crd_upgrade::CrdUpgrade;
+use kix_engine::crd_upgrade::{CrdUpgrade, Hazard};
 use kix_engine::plan::{Action, Plan, PlannedObject};
 use kix_engine::records::CrdState;
 
@@ -184,10 +184,14 @@ fn crd_upgrade_text(out: &mut String, upgrade: &CrdUpgrade, style: Style) {
     for change in &upgrade.changes {
         let _ = writeln!(out, "      {change}");
     }
-    for action in upgrade.actions() {
+    for (action, hazard) in upgrade.actions().zip(&upgrade.destructive) {
+        let consent = match hazard.hazard {
+            Hazard::NotServed => "needs --accept-migrations",
+            Hazard::Removed => "refused: see below",
+        };
         let _ = writeln!(
             out,
-            "      {}: {action} ({}; needs --accept-migrations)",
+            "      {}: {action} ({}; {consent})",
             style.paint("31", "destructive"),
             upgrade.objects_text()
         );
@@ -238,7 +242,7 @@ fn object_text(out: &mut String, object: &PlannedObject, style: Style) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kix_engine::crd_upgrade::{Hazard, SchemaChange, VersionHazard};
+    use kix_engine::crd_upgrade::{SchemaChange, VersionHazard};
     use kix_manifest::ObjectKey;
 
     #[test]
@@ -256,6 +260,7 @@ mod tests {
                 name: "widgets.example.com".into(),
             },
             stored_versions: vec!["v1alpha1".into(), "v1".into()],
+            storage_version: Some("v1".into()),
             objects: Some(3),
             changes: vec![
                 change("v1", "spec.replicas", "type integer → string"),

@@ -34,6 +34,9 @@ pub struct CrdUpgrade {
     pub key: ObjectKey,
     /// The live CRD's `status.storedVersions`.
     pub stored_versions: Vec<String>,
+    /// The build's storage version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage_version: Option<String>,
     /// Custom resources of the CRD that exist (all namespaces); counted only
     /// when a change is destructive.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -128,22 +131,32 @@ impl CrdUpgrade {
         if removed.is_empty() {
             return None;
         }
-        let kept: Vec<&str> = self
+        // What storedVersions holds once every object is rewritten in the
+        // build's storage version.
+        let storage = self
+            .storage_version
+            .as_deref()
+            .unwrap_or("<storage version>");
+        let mut kept: Vec<&str> = self
             .stored_versions
             .iter()
             .map(String::as_str)
             .filter(|v| !removed.contains(v))
             .collect();
+        if !kept.contains(&storage) {
+            kept.push(storage);
+        }
         let name = &self.key.name;
         let versions = removed.join(", ");
         Some(format!(
             "{key}: the build removes version {versions}, which status.storedVersions still lists \
-             ({objects}); the apiserver refuses to remove a stored version. To drop it: deploy a \
-             build that keeps {versions} (served: false is enough) with the new storage version, \
-             rewrite every object in it (kubectl get {name} -A -o json | kubectl replace -f -), \
-             remove {versions} from the CRD's status.storedVersions (kubectl patch crd {name} \
-             --subresource=status --type=merge -p '{{\"status\":{{\"storedVersions\":{kept:?}}}}}'), \
-             then deploy this build",
+             ({objects}); the apiserver refuses to remove a stored version. To drop it: \
+             (1) deploy a build that keeps {versions} (served or not) and makes {storage} the \
+             storage version; (2) rewrite every object of the CRD so it is stored in {storage} \
+             (kubectl get {name} -A -o json | kubectl replace -f -); (3) remove {versions} from \
+             the CRD's status.storedVersions (kubectl patch crd {name} --subresource=status \
+             --type=merge -p '{{\"status\":{{\"storedVersions\":{kept:?}}}}}'); (4) deploy \
+             this build again",
             key = self.key,
             objects = self.objects_text(),
         ))
@@ -297,9 +310,14 @@ pub fn compare(key: &ObjectKey, live: &Value, desired: &Value) -> CrdUpgrade {
             (None, None) => {}
         }
     }
+    let storage_version = new
+        .iter()
+        .find(|(_, v)| flag_of(v, "storage"))
+        .map(|(name, _)| name.clone());
     CrdUpgrade {
         key: key.clone(),
         stored_versions: stored,
+        storage_version,
         objects: None,
         changes,
         destructive,
@@ -529,7 +547,7 @@ mod tests {
         );
         let refusal = u.refusal().expect("the apiserver refuses it");
         assert!(refusal.contains("v1alpha1"), "{refusal}");
-        assert!(refusal.contains(r#"["v1beta1"]"#), "{refusal}");
+        assert!(refusal.contains(r#"["v1beta1", "v1"]"#), "{refusal}");
     }
 
     #[test]

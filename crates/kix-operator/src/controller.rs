@@ -313,6 +313,13 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         };
         return fail(ctx, &record, moved.to_string()).await;
     }
+    // A stored CRD version the build removes: the apiserver would refuse it
+    // midway through the apply; the record fails before any change.
+    let refused = kix_engine::crd_upgrade::refusals(&plan.crd_upgrades);
+    if fresh && !refused.is_empty() {
+        let why = refused.join("; ");
+        return fail(ctx, &record, format!("nothing was changed: {why}")).await;
+    }
     let deletions = DeletionConsent::from_receipt(record.spec.receipt.accepted_deletions);
     if !deletions.allows(&plan.deletion_budget) {
         if fresh {
