@@ -1,0 +1,207 @@
+//! CRD upgrades through the operator (a process, against the real control
+//! plane): a new record whose build stops serving a stored CRD version is
+//! applied only when its receipt accepts that, and one whose build removes a
+//! stored version fails with nothing changed, saying what to do.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use kix_api::{Activation, Phase};
+use kix_testkit::TestEnv;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+use support::*;
+
+/// A CRD `widgets.<group>` with `versions`: (name, served, storage).
+fn crd(name: &str, group: &str, versions: &[(&str, bool, bool)]) -> String {
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|(v, served, storage)| {
+            json!({"name": v, "served": served, "storage": storage,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}})
+        })
+        .collect();
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget",
+                "listKind": "WidgetList"},
+            "versions": versions}
+    });
+    format!("---\n{crd}\n")
+}
+
+fn crds(env: &TestEnv) -> Api<DynamicObject> {
+    Api::all_with(
+        env.client.clone(),
+        &ApiResource {
+            group: "apiextensions.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "apiextensions.k8s.io/v1".into(),
+            kind: "CustomResourceDefinition".into(),
+            plural: "customresourcedefinitions".into(),
+        },
+    )
+}
+
+async fn record(env: &TestEnv, n: u64) -> Option<Activation> {
+    Api::<Activation>::all(env.client.clone())
+        .get_opt(&Activation::name_for(&env.cluster, n))
+        .await
+        .expect("get record")
+}
+
+/// The store path of `root`'s build (`kix plan --out` adds it to the store).
+fn store_path(cluster: &str, root: &Path, dir: &Path) -> String {
+    let file = dir.join(format!("{}.json", kix_testkit::unique_name("plan")));
+    let out = kix(&[
+        "plan",
+        cluster,
+        "--path",
+        root.to_str().expect("utf8"),
+        "--out",
+        file.to_str().expect("utf8"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let plan: Value =
+        serde_json::from_str(&std::fs::read_to_string(file).expect("plan file")).expect("json");
+    plan["storePath"].as_str().expect("storePath").to_string()
+}
+
+/// A record written by hand with `accepted` as its receipt's acceptance.
+async fn write_record(env: &TestEnv, n: u64, path: &str, accepted: Value) {
+    let spec: kix_api::ActivationSpec = serde_json::from_value(json!({
+        "cluster": env.cluster, "engine": "operator",
+        "source": {"path": path},
+        "receipt": {"user": "t", "host": "t", "kixVersion": "0",
+            "time": "2026-01-01T00:00:00Z", "planDigest": "x", "accepted": accepted}
+    }))
+    .expect("spec");
+    Api::<Activation>::all(env.client.clone())
+        .create(&PostParams::default(), &Activation::new_record(n, spec))
+        .await
+        .expect("create record");
+}
+
+async fn failed_message(env: &TestEnv, n: u64) -> String {
+    wait_until(
+        &format!("record {n} Failed"),
+        Duration::from_secs(60),
+        || async { record(env, n).await.and_then(|r| r.phase()) == Some(Phase::Failed) },
+    )
+    .await;
+    record(env, n)
+        .await
+        .and_then(|r| r.status)
+        .and_then(|s| s.message)
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_operator_needs_consent_for_a_stored_version_and_refuses_its_removal() {
+    let env = TestEnv::new("op-crd").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let _op = Operator::start(
+        &env,
+        &[&env.cluster],
+        &kix_testkit::unique_name("lease"),
+        dir.path(),
+    );
+    let group = format!("{}.example.com", env.namespace);
+    let name = format!("widgets.{group}");
+    let tree_of = |versions: &[(&str, bool, bool)]| {
+        tree(
+            dir.path(),
+            &env.cluster,
+            &env.namespace,
+            &crd(&name, &group, versions),
+        )
+    };
+    let v1 = tree_of(&[("v1alpha1", true, true), ("v1", true, false)]);
+    let out = deploy_operator(&env.cluster, &v1);
+    assert!(out.status.success(), "{}", text(&out));
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        &env.namespace,
+        &ApiResource {
+            group: group.clone(),
+            version: "v1alpha1".into(),
+            api_version: format!("{group}/v1alpha1"),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        },
+    );
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1alpha1"), "kind": "Widget",
+        "metadata": {"name": "w0"}, "spec": {}
+    }))
+    .expect("widget");
+    widgets
+        .create(&PostParams::default(), &widget)
+        .await
+        .expect("create widget");
+
+    // Not serving v1alpha1, which holds the Widget: a record that accepts
+    // nothing fails, with nothing changed.
+    let unserve = tree_of(&[("v1alpha1", false, false), ("v1", true, true)]);
+    let path = store_path(&env.cluster, &unserve, dir.path());
+    write_record(&env, 2, &path, json!({})).await;
+    let message = failed_message(&env, 2).await;
+    assert!(
+        message.contains("not confirmed")
+            && message.contains(&format!("stop serving stored version v1alpha1 of CustomResourceDefinition.apiextensions.k8s.io/{name}")),
+        "{message}"
+    );
+    let live = crds(&env).get(&name).await.expect("crd");
+    assert_eq!(
+        live.data["spec"]["versions"][0]["served"], true,
+        "unchanged"
+    );
+
+    // Through `kix deploy --operator --accept-migrations`: accepted, applied.
+    let out = kix(&[
+        "deploy",
+        &env.cluster,
+        "--path",
+        unserve.to_str().expect("utf8"),
+        "--operator",
+        "--yes",
+        "--accept-migrations",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let third = record(&env, 3).await.expect("record 3");
+    assert_eq!(third.phase(), Some(Phase::Active), "{:?}", third.status);
+    assert_eq!(third.spec.receipt.accepted.crd_versions, 1);
+    let live = crds(&env).get(&name).await.expect("crd");
+    assert_eq!(live.data["spec"]["versions"][0]["served"], false);
+
+    // Removing it while stored: even a record that accepts it fails, with
+    // nothing changed and the steps that make the removal possible.
+    let removed = tree_of(&[("v1", true, true)]);
+    let path = store_path(&env.cluster, &removed, dir.path());
+    let action = format!(
+        "drop stored version v1alpha1 of CustomResourceDefinition.apiextensions.k8s.io/{name}"
+    );
+    write_record(
+        &env,
+        4,
+        &path,
+        json!({"digest": "x", "crdVersions": 1, "actions": [action]}),
+    )
+    .await;
+    let message = failed_message(&env, 4).await;
+    assert!(
+        message.contains("nothing was changed")
+            && message.contains("removes version v1alpha1")
+            && message.contains("status.storedVersions"),
+        "{message}"
+    );
+    let live = crds(&env).get(&name).await.expect("crd");
+    assert_eq!(live.data["spec"]["versions"][0]["name"], "v1alpha1");
+    let _ = crds(&env).delete(&name, &Default::default()).await;
+}
