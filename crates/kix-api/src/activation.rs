@@ -213,6 +213,11 @@ impl fmt::Display for Engine {
 
 /// How far an activation got: Pending → Applying → Active | Degraded | Failed,
 /// later Superseded.
+///
+/// Its size is bounded whatever the number of objects (etcd refuses a record
+/// over about 1.5 MiB): every list of objects holds at most a few entries,
+/// with the total beside, and the message is cut to [`MESSAGE_MAX`] bytes.
+/// [`bound`](Self::bound) enforces it before every write.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = crate::schema::k8s_formats)]
@@ -220,10 +225,11 @@ pub struct ActivationStatus {
     /// Pending, Applying, Active, Degraded, Failed or Superseded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
-    /// Human-readable detail for the phase (the error of a Failed activation).
+    /// Human-readable detail for the phase (the error of a Failed
+    /// activation), at most [`MESSAGE_MAX`] bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// Conditions; `Ready` with a reason.
+    /// Conditions; `Ready` with a reason. One per type: bounded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The metadata.generation this status describes.
@@ -235,21 +241,34 @@ pub struct ActivationStatus {
     /// Drift found and corrected while the activation is Active.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<Drift>,
-    /// The objects prune is deleting, written before the first deletion so an
-    /// interrupted prune resumes with the same set.
+    /// Objects prune is deleting, written before the first deletion: at most
+    /// [`PENDING_PRUNE_LISTED`], in deletion order, for a reader to see what
+    /// goes. Nothing resumes from it: a rerun plans the prune again from the
+    /// objects' own labels and annotations. (A record of an older kix may
+    /// list them all; it is cut on its next write.)
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_prune: Vec<ObjectRef>,
+    /// How many objects prune is deleting in all, when more than
+    /// `pendingPrune` lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_prune_total: Option<u32>,
     /// Number of objects in the build.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub objects: Option<u32>,
     /// The kinds of the build (`apiVersion/Kind`), so a later prune lists
-    /// them even when a newer build drops a kind entirely.
+    /// them even when a newer build drops a kind entirely. It grows with the
+    /// number of kinds, not of objects: not bounded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kinds: Vec<String>,
     /// Objects that could not be deleted (by prune or by the finalizer), with
-    /// the reason.
+    /// the reason: at most [`FAILED_DELETIONS_LISTED`], each reason at most
+    /// [`REASON_MAX`] bytes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_deletions: Vec<FailedDeletion>,
+    /// How many objects could not be deleted in all, when more than
+    /// `failedDeletions` lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_deletions_total: Option<u32>,
     /// Objects whose deletion was accepted but which still exist (held by
     /// finalizers): at most [`DELETING_LISTED`], in name order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -263,6 +282,144 @@ pub struct ActivationStatus {
 /// How many deleting objects a record lists (the rest are counted): the
 /// record must not grow with the number of objects.
 pub const DELETING_LISTED: usize = 20;
+
+/// How many objects of a running prune a record lists (the rest are counted).
+pub const PENDING_PRUNE_LISTED: usize = 20;
+
+/// How many failed deletions a record lists (the rest are counted).
+pub const FAILED_DELETIONS_LISTED: usize = 20;
+
+/// The longest status message a record keeps, in bytes.
+pub const MESSAGE_MAX: usize = 4096;
+
+/// The longest reason of a failed deletion a record keeps, in bytes.
+pub const REASON_MAX: usize = 300;
+
+/// The most finalizers a deleting object lists.
+pub const FINALIZERS_LISTED: usize = 5;
+
+impl ActivationStatus {
+    /// How many objects prune is deleting (listed or not).
+    pub fn pending_prune_count(&self) -> u32 {
+        count(self.pending_prune.len(), self.pending_prune_total)
+    }
+
+    /// How many objects could not be deleted (listed or not).
+    pub fn failed_deletion_count(&self) -> u32 {
+        count(self.failed_deletions.len(), self.failed_deletions_total)
+    }
+
+    /// How many objects are being deleted (listed or not).
+    pub fn deleting_count(&self) -> u32 {
+        count(self.deleting.len(), self.deleting_total)
+    }
+
+    /// Records the objects prune is about to delete: the first
+    /// [`PENDING_PRUNE_LISTED`], and how many in all.
+    pub fn set_pending_prune(&mut self, objects: impl IntoIterator<Item = ObjectRef>) {
+        let mut total = 0usize;
+        self.pending_prune.clear();
+        for object in objects {
+            total += 1;
+            if self.pending_prune.len() < PENDING_PRUNE_LISTED {
+                self.pending_prune.push(object);
+            }
+        }
+        self.pending_prune_total = beyond(total, self.pending_prune.len());
+    }
+
+    /// Forgets the prune set (the prune is over).
+    pub fn clear_pending_prune(&mut self) {
+        self.pending_prune.clear();
+        self.pending_prune_total = None;
+    }
+
+    /// Adds an object that could not be deleted: listed while fewer than
+    /// [`FAILED_DELETIONS_LISTED`] are, counted always.
+    pub fn push_failed_deletion(&mut self, mut failed: FailedDeletion) {
+        let total = self.failed_deletion_count() as usize + 1;
+        if self.failed_deletions.len() < FAILED_DELETIONS_LISTED {
+            failed.reason = truncate(&failed.reason, REASON_MAX);
+            self.failed_deletions.push(failed);
+        }
+        self.failed_deletions_total = beyond(total, self.failed_deletions.len());
+    }
+
+    /// Replaces the failed deletions with `failed` (listed up to
+    /// [`FAILED_DELETIONS_LISTED`], counted all).
+    pub fn set_failed_deletions(&mut self, failed: impl IntoIterator<Item = FailedDeletion>) {
+        self.failed_deletions.clear();
+        self.failed_deletions_total = None;
+        for f in failed {
+            self.push_failed_deletion(f);
+        }
+    }
+
+    /// Cuts every list of objects to its limit (keeping the totals right)
+    /// and the message to [`MESSAGE_MAX`] bytes, so the record stays far
+    /// below etcd's limit however many objects the deploy has. Idempotent.
+    pub fn bound(&mut self) {
+        self.pending_prune_total = bound_list(
+            &mut self.pending_prune,
+            self.pending_prune_total,
+            PENDING_PRUNE_LISTED,
+        );
+        self.failed_deletions_total = bound_list(
+            &mut self.failed_deletions,
+            self.failed_deletions_total,
+            FAILED_DELETIONS_LISTED,
+        );
+        for f in &mut self.failed_deletions {
+            if f.reason.len() > REASON_MAX {
+                f.reason = truncate(&f.reason, REASON_MAX);
+            }
+        }
+        self.deleting_total = bound_list(&mut self.deleting, self.deleting_total, DELETING_LISTED);
+        for d in &mut self.deleting {
+            d.finalizers.truncate(FINALIZERS_LISTED);
+        }
+        if let Some(message) = &mut self.message
+            && message.len() > MESSAGE_MAX
+        {
+            *message = truncate(message, MESSAGE_MAX);
+        }
+        for condition in &mut self.conditions {
+            if condition.message.len() > MESSAGE_MAX {
+                condition.message = truncate(&condition.message, MESSAGE_MAX);
+            }
+        }
+    }
+}
+
+/// A list's total count from its length and its recorded total.
+fn count(listed: usize, total: Option<u32>) -> u32 {
+    total.unwrap_or(0).max(listed as u32)
+}
+
+/// The total to record beside a list of `listed`: only when it lists fewer.
+fn beyond(total: usize, listed: usize) -> Option<u32> {
+    (total > listed).then_some(total as u32)
+}
+
+/// Cuts `list` to `max` and returns the total to record beside it.
+fn bound_list<T>(list: &mut Vec<T>, total: Option<u32>, max: usize) -> Option<u32> {
+    let total = count(list.len(), total) as usize;
+    list.truncate(max);
+    beyond(total, list.len())
+}
+
+/// `text` cut to at most `max` bytes (at a character boundary), with `…`
+/// when cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
 
 /// An object whose DELETE was accepted but which still exists.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
@@ -705,6 +862,114 @@ mod tests {
         );
         let back: Activation = serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(back, act);
+    }
+
+    /// An object reference as long as Kubernetes allows: a 253-character
+    /// name in a 63-character namespace, of a long custom kind.
+    fn longest_ref(i: usize) -> ObjectRef {
+        let name = format!("{i:06}-{}", "n".repeat(246));
+        ObjectRef::new(
+            format!("{}.example.com/v1alpha1", "g".repeat(60)),
+            "K".repeat(63),
+            Some("s".repeat(63)),
+            name,
+        )
+    }
+
+    /// The Activation's status must stay far below etcd's ~1.5 MiB request
+    /// limit whatever the number of objects (50,000 objects, half pruned,
+    /// once made it exceed the limit and no rerun could finish).
+    #[test]
+    fn status_size_is_bounded_for_any_object_count() {
+        for n in [0usize, 1, 20, 21, 1_000, 100_000] {
+            let mut status = ActivationStatus {
+                phase: Some(Phase::Degraded),
+                message: Some("could not prune x: forbidden; ".repeat(n.min(10_000))),
+                ..ActivationStatus::default()
+            };
+            status.set_pending_prune((0..n).map(longest_ref));
+            for i in 0..n {
+                status.push_failed_deletion(FailedDeletion {
+                    object: longest_ref(i),
+                    reason: "admission webhook denied the request: ".repeat(100),
+                });
+            }
+            // `deleting` as a writer might set it, whole, before `bound`.
+            status.deleting = (0..n)
+                .map(|i| DeletingObject {
+                    object: longest_ref(i),
+                    finalizers: (0..20)
+                        .map(|f| format!("{f}.finalizers.example.com/{}", "f".repeat(80)))
+                        .collect(),
+                    since: None,
+                })
+                .collect();
+            status.bound();
+            let size = serde_json::to_vec(&status).map(|v| v.len()).unwrap_or(0);
+            assert!(size < 64 * 1024, "{n} objects: status is {size} bytes");
+            assert_eq!(status.pending_prune_count() as usize, n);
+            assert_eq!(status.failed_deletion_count() as usize, n);
+            assert_eq!(status.deleting_count() as usize, n);
+            assert!(status.pending_prune.len() <= PENDING_PRUNE_LISTED);
+            assert_eq!(
+                status.pending_prune.first(),
+                (n > 0).then(|| longest_ref(0)).as_ref()
+            );
+            assert!(status.failed_deletions.len() <= FAILED_DELETIONS_LISTED);
+            assert!(status.deleting.len() <= DELETING_LISTED);
+            // Bounding again changes nothing.
+            let again = {
+                let mut s = status.clone();
+                s.bound();
+                s
+            };
+            assert_eq!(again, status, "{n} objects");
+        }
+    }
+
+    /// A record an older kix wrote lists every object of a prune and every
+    /// failed deletion, without totals: it still reads, its counts are
+    /// right, and it is cut on its next write.
+    #[test]
+    fn records_of_older_kix_with_long_lists_deserialize() {
+        let refs: Vec<serde_json::Value> = (0..3_000)
+            .map(|i| json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "apps", "name": format!("cm-{i}")}))
+            .collect();
+        let failed: Vec<serde_json::Value> = refs
+            .iter()
+            .take(500)
+            .map(|r| json!({"object": r, "reason": "forbidden"}))
+            .collect();
+        let mut status: ActivationStatus = serde_json::from_value(json!({
+            "phase": "Applying",
+            "pendingPrune": refs,
+            "failedDeletions": failed,
+            "kinds": ["v1/ConfigMap"],
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(status.pending_prune.len(), 3_000);
+        assert_eq!(status.pending_prune_count(), 3_000);
+        assert_eq!(status.failed_deletion_count(), 500);
+        status.bound();
+        assert_eq!(status.pending_prune.len(), PENDING_PRUNE_LISTED);
+        assert_eq!(status.pending_prune_total, Some(3_000));
+        assert_eq!(status.pending_prune[0].name, "cm-0");
+        assert_eq!(status.failed_deletions.len(), FAILED_DELETIONS_LISTED);
+        assert_eq!(status.failed_deletion_count(), 500);
+        status.clear_pending_prune();
+        assert_eq!(status.pending_prune_count(), 0);
+        let value = serde_json::to_value(&status).unwrap_or_default();
+        assert!(value.get("pendingPrune").is_none(), "{value}");
+        assert!(value.get("pendingPruneTotal").is_none(), "{value}");
+        assert_eq!(value["failedDeletionsTotal"], 500);
+    }
+
+    #[test]
+    fn truncate_cuts_at_a_character_boundary() {
+        assert_eq!(truncate("short", 10), "short");
+        let cut = truncate(&"é".repeat(100), 11);
+        assert!(cut.len() <= 11, "{cut}");
+        assert!(cut.ends_with('…'), "{cut}");
     }
 
     #[test]

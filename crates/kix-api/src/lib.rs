@@ -17,7 +17,9 @@ mod schema;
 
 pub use activation::{
     Accepted, Activation, ActivationSpec, ActivationStatus, Counts, DELETING_LISTED,
-    DeletingObject, Drift, Engine, FailedDeletion, Phase, Progress, Receipt, Source, is_terminal,
+    DeletingObject, Drift, Engine, FAILED_DELETIONS_LISTED, FINALIZERS_LISTED, FailedDeletion,
+    MESSAGE_MAX, PENDING_PRUNE_LISTED, Phase, Progress, REASON_MAX, Receipt, Source, is_terminal,
+    truncate,
 };
 pub use crds::{crds, crds_yaml};
 pub use labels::{

@@ -531,12 +531,17 @@ async fn killed_during_prune_then_rerun_converges() {
     let records = cli.records().await;
     let killed = records.last().expect("record");
     assert_eq!(killed.phase(), Some(Phase::Applying));
-    assert!(
-        killed
-            .status
-            .as_ref()
-            .is_some_and(|s| !s.pending_prune.is_empty()),
-        "the prune set was recorded before deleting"
+    // Recorded before deleting: how many go, and the first few by name.
+    let status = killed.status.clone().unwrap_or_default();
+    assert_eq!(
+        status.pending_prune_count() as usize,
+        N - 1,
+        "the prune set was recorded before deleting: {status:?}"
+    );
+    assert_eq!(
+        status.pending_prune.len(),
+        kix_api::PENDING_PRUNE_LISTED,
+        "{status:?}"
     );
 
     let out = rerun_after_kill(&cli, &small, pid).await;

@@ -317,7 +317,7 @@ async fn landing(
         .unwrap_or(0);
     let status = killed.status.clone().unwrap_or_default();
     match killed.phase_or_pending() {
-        Phase::Applying if !status.pending_prune.is_empty() => "prune".into(),
+        Phase::Applying if status.pending_prune_count() > 0 => "prune".into(),
         Phase::Applying if written < changes => {
             format!("apply ({written} of {changes} changes written)")
         }

@@ -828,7 +828,7 @@ async fn finish(
         .await?;
     status.phase = Some(phase);
     status.message = Some(message.clone());
-    status.pending_prune.clear();
+    status.clear_pending_prune();
     if let Some(p) = status.progress.as_mut() {
         p.pruned = state.pruned;
     }
@@ -858,11 +858,14 @@ async fn finish(
     })
 }
 
+/// How many of a run's messages (one per failed object) its message names;
+/// the rest are counted, so the message, the record and its events stay
+/// small however many objects failed.
+const MESSAGES_LISTED: usize = 10;
+
 /// The record's message: the counts, or what went wrong.
 fn summary(state: &RunState, status: &kix_api::ActivationStatus, elapsed: Duration) -> String {
-    let deleting = status
-        .deleting_total
-        .unwrap_or(status.deleting.len() as u32);
+    let deleting = status.deleting_count();
     if state.messages.is_empty() && deleting == 0 {
         format!(
             "{} objects applied, {} pruned in {:.1}s",
@@ -878,8 +881,23 @@ fn summary(state: &RunState, status: &kix_api::ActivationStatus, elapsed: Durati
             elapsed.as_secs_f64()
         )
     } else {
-        state.messages.join("; ")
+        joined(&state.messages)
     }
+}
+
+/// The messages joined with `; `, at most [`MESSAGES_LISTED`] of them, then
+/// how many more.
+pub fn joined(messages: &[String]) -> String {
+    let mut text = messages
+        .iter()
+        .take(MESSAGES_LISTED)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if messages.len() > MESSAGES_LISTED {
+        text.push_str(&format!("; and {} more", messages.len() - MESSAGES_LISTED));
+    }
+    text
 }
 
 #[derive(Default)]
@@ -1082,9 +1100,12 @@ async fn wait_group(
         Ok(report) => {
             state.healthy += report.ready.len() as u32;
             let reasons = unhealthy_reasons(&report, options);
-            state
-                .messages
-                .push(format!("{group}: {}", reasons.join(", ")));
+            let shown = reasons.len().min(MESSAGES_LISTED);
+            let mut message = format!("{group}: {}", reasons[..shown].join(", "));
+            if reasons.len() > shown {
+                message.push_str(&format!(" and {} more", reasons.len() - shown));
+            }
+            state.messages.push(message);
             emit(
                 options,
                 Event::Unhealthy {

@@ -1,8 +1,11 @@
 //! The prune stage of a deploy: deleting what the build no longer has.
 //!
-//! The set to delete is written into the Activation (`pendingPrune`) before
-//! the first deletion, so an interrupted prune resumes with it. Objects go in
-//! reverse apply order, rank by rank, bounded parallel inside a rank.
+//! Before the first deletion the Activation says how many objects go and
+//! names the first few (`pendingPrune`, `pendingPruneTotal`): a count, so
+//! the record stays small however many objects the prune deletes. Nothing
+//! resumes from it: an interrupted prune is planned again from the objects'
+//! own labels and annotations. Objects go in reverse apply order, rank by
+//! rank, bounded parallel inside a rank.
 
 use futures::{StreamExt, stream};
 use kix_api::{ActivationStatus, DELETING_LISTED, DeletingObject, FailedDeletion, ObjectRef};
@@ -36,12 +39,13 @@ pub(crate) async fn prune(
         set_deleting(status, deleting);
         return Ok(());
     }
-    // Written before the first deletion: an interrupted prune resumes with it.
-    status.pending_prune = work
-        .iter()
-        .filter(|o| o.action == Action::Delete)
-        .map(|o| object_ref(o))
-        .collect();
+    // Written before the first deletion, for a reader of the record (a rerun
+    // plans again from the objects).
+    status.set_pending_prune(
+        work.iter()
+            .filter(|o| o.action == Action::Delete)
+            .map(|o| object_ref(o)),
+    );
     records::set_status(client, name, status).await?;
     let mut resources = crate::resources::Resources::new(client.clone());
     let propagation = match options.prune_mode {
@@ -100,7 +104,7 @@ pub(crate) async fn prune(
                     );
                 }
                 Err(error) => {
-                    status.failed_deletions.push(FailedDeletion {
+                    status.push_failed_deletion(FailedDeletion {
                         object: object_ref(o),
                         reason: error.clone(),
                     });

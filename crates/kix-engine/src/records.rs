@@ -151,7 +151,7 @@ pub async fn set_status(
     status: &ActivationStatus,
 ) -> Result<Activation> {
     let api: Api<Activation> = Api::all(client.clone());
-    let status = with_ready_condition(status);
+    let status = as_written(status);
     // A merge patch keeps what it does not name: every status field this
     // status leaves out (an emptied pendingPrune, a cleared message) is set
     // to null, so the patch replaces the status.
@@ -168,6 +168,15 @@ pub async fn set_status(
     )
     .await
     .map_err(|e| EngineError::Records(format!("updating activation {name}: {e}")))
+}
+
+/// `status` as a record keeps it: bounded in size whatever the object count
+/// ([`ActivationStatus::bound`]), with its Ready condition following its
+/// phase.
+pub fn as_written(status: &ActivationStatus) -> ActivationStatus {
+    let mut status = with_ready_condition(status);
+    status.bound();
+    status
 }
 
 /// `status` with its Ready condition following its phase; other conditions
@@ -202,7 +211,7 @@ pub async fn set_status_if_changed(
     record: &Activation,
     status: &ActivationStatus,
 ) -> Result<bool> {
-    if record.status.as_ref() == Some(&with_ready_condition(status)) {
+    if record.status.as_ref() == Some(&as_written(status)) {
         return Ok(false);
     }
     set_status(client, &record.name_any(), status).await?;

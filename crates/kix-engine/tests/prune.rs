@@ -16,7 +16,7 @@ use kix_engine::plan::{Action, NOTE_PRUNE_DISABLED, NOTE_SHARED, PlanOptions};
 use kix_testkit::audit;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
-use serde_json::json;
+use serde_json::{Value, json};
 
 fn prune() -> PlanOptions {
     PlanOptions {
@@ -108,9 +108,9 @@ async fn a_dropped_object_is_deleted_after_apply_and_health_recorded_first() {
     watch.abort();
     let versions = seen.lock().expect("lock").clone();
     let gone_ref = |r: &Activation| {
-        r.status
-            .as_ref()
-            .is_some_and(|s| s.pending_prune.iter().any(|o| o.name == "gone"))
+        r.status.as_ref().is_some_and(|s| {
+            s.pending_prune.iter().any(|o| o.name == "gone") && s.pending_prune_count() == 1
+        })
     };
     assert!(
         versions.iter().any(gone_ref),
@@ -119,7 +119,7 @@ async fn a_dropped_object_is_deleted_after_apply_and_health_recorded_first() {
     let last = kit.record(&plan.activation).await;
     let status = last.status.clone().expect("status");
     assert!(
-        status.pending_prune.is_empty(),
+        status.pending_prune.is_empty() && status.pending_prune_total.is_none(),
         "pendingPrune is cleared at the end: {status:#?}"
     );
     assert_eq!(status.progress.map(|p| p.pruned), Some(1));
@@ -581,5 +581,125 @@ async fn deletions_run_in_reverse_apply_order() {
     assert!(at("deployments") < at("services"), "{deletes:?}");
     assert!(at("services") < at("configmaps"), "{deletes:?}");
     assert!(at("services") < at("serviceaccounts"), "{deletes:?}");
+    kit.cleanup().await;
+}
+
+/// etcd refuses a request over 1.5 MiB (`--max-request-bytes`, the control
+/// plane's default too).
+const ETCD_REQUEST_LIMIT: usize = 1024 * 1024 + 512 * 1024;
+
+/// A prune whose set, listed in the record the way kix once listed it
+/// (every object in `status.pendingPrune`), would not fit in etcd: at 50,000
+/// objects with half pruned the record could not be written, the deploy was
+/// left Applying and every rerun failed. The prune succeeds, the record ends
+/// Active, every dropped object is gone, and no version of the record grows
+/// beyond 64 KiB.
+#[tokio::test]
+async fn a_prune_set_too_large_for_one_etcd_request_prunes_and_the_record_stays_small() {
+    let mut kit = Kit::new("prune-huge").await;
+    // A namespace name as long as Kubernetes allows (63), names near the
+    // limit of 253: each entry of an old-style list as large as it gets.
+    let prefix = kit.ns().to_string();
+    let ns = kit.extra_ns(&"n".repeat(63 - prefix.len() - 1));
+    assert_eq!(ns.len(), 63, "{ns}");
+    const N: usize = 4_500;
+    let name = |i: usize| format!("{i:05}-{}", "x".repeat(247));
+    let cm = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": ns}, "data": {"k": "v"}})
+    };
+    let old_style: Vec<kix_api::ObjectRef> = (0..N)
+        .map(|i| kix_api::ObjectRef::new("v1", "ConfigMap", Some(ns.clone()), name(i)))
+        .collect();
+    let old_size = serde_json::to_vec(&json!({ "pendingPrune": old_style }))
+        .expect("json")
+        .len();
+    assert!(
+        old_size > ETCD_REQUEST_LIMIT,
+        "the prune set listed is {old_size} bytes: no longer beyond etcd's limit, the test proves nothing"
+    );
+    // One file of many documents: a tree of 4,500 files would only be slower.
+    let docs = |objects: &mut dyn Iterator<Item = Value>| {
+        objects
+            .map(|o| yaml(&o))
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+    let full = kit.build(&[Pkg::new(
+        "a",
+        &[
+            namespace(&ns),
+            docs(&mut std::iter::once(cm("keep")).chain((0..N).map(|i| cm(&name(i))))),
+        ],
+    )]);
+    let started = std::time::Instant::now();
+    let first = kit.deploy(&full).await;
+    assert_eq!(first.applied as usize, N + 2, "{first:?}");
+    eprintln!("deployed {} objects in {:?}", N + 2, started.elapsed());
+
+    let small = kit.build(&[Pkg::new("a", &[namespace(&ns), yaml(&cm("keep"))])]);
+    let plan = kit.plan(&small, &prune()).await;
+    assert_eq!(plan.counts.delete as usize, N, "{:?}", plan.counts);
+    let (watch, seen) = watch_record(kit.env.client.clone(), plan.activation.clone());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut options = kit.options();
+    // A mass deletion on purpose.
+    options.deletions = kix_engine::budget::DeletionConsent::Any;
+    let started = std::time::Instant::now();
+    let outcome = kit.try_deploy(&small, &options).await.expect("deploy");
+    eprintln!("pruned {N} objects in {:?}", started.elapsed());
+    assert_eq!(outcome.phase, kix_api::Phase::Active, "{outcome:?}");
+    assert_eq!(outcome.pruned as usize, N, "{outcome:?}");
+
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(kit.env.client.clone(), &ns);
+    let left: Vec<String> = cms
+        .list_metadata(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .filter_map(|m| m.metadata.name)
+        .filter(|name| name != "kube-root-ca.crt")
+        .collect();
+    assert_eq!(left, ["keep"], "every dropped object is gone");
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    watch.abort();
+    let versions = seen.lock().expect("lock").clone();
+    let size = |r: &Activation| serde_json::to_vec(r).map_or(0, |v| v.len());
+    let largest = versions.iter().map(size).max().unwrap_or(0);
+    assert!(
+        largest < 64 * 1024,
+        "a version of the record is {largest} bytes"
+    );
+    // The prune was announced, by count, before the deletions.
+    assert!(
+        versions.iter().any(
+            |r| r
+                .status
+                .as_ref()
+                .is_some_and(|s| s.pending_prune_count() as usize == N
+                    && s.pending_prune.len() <= kix_api::PENDING_PRUNE_LISTED
+                    && !s.pending_prune.is_empty())
+        ),
+        "no version of the record said {N} objects were being pruned: {:#?}",
+        versions.iter().map(|r| &r.status).collect::<Vec<_>>()
+    );
+    let last = kit.record(&plan.activation).await;
+    assert_eq!(
+        last.phase(),
+        Some(kix_api::Phase::Active),
+        "{:?}",
+        last.status
+    );
+    let status = last.status.clone().expect("status");
+    assert_eq!(status.pending_prune_count(), 0, "{status:#?}");
+    assert_eq!(status.progress.map(|p| p.pruned as usize), Some(N));
+    assert!(
+        size(&last) < 64 * 1024,
+        "the record is {} bytes",
+        size(&last)
+    );
     kit.cleanup().await;
 }

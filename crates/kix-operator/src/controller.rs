@@ -317,7 +317,7 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     // midway through the apply; the record fails before any change.
     let refused = kix_engine::crd_upgrade::refusals(&plan.crd_upgrades);
     if fresh && !refused.is_empty() {
-        let why = refused.join("; ");
+        let why = kix_engine::deploy::joined(&refused);
         return fail(ctx, &record, format!("nothing was changed: {why}")).await;
     }
     let deletions = DeletionConsent::from_receipt(record.spec.receipt.accepted_deletions);
@@ -504,23 +504,21 @@ async fn cleanup(record: Arc<Activation>, ctx: &Context) -> Result<Action, Recon
         // Reported on the record and as an event; the finalizer stays and
         // retries, so a deletion never hangs silently.
         let mut status = record.status.clone().unwrap_or_default();
-        status.failed_deletions = report
-            .failed
-            .iter()
-            .map(|(object, reason)| FailedDeletion {
-                object: object.clone(),
-                reason: reason.clone(),
-            })
-            .collect();
-        let summary: Vec<String> = report
+        // Listed up to a limit, counted all: the record stays small however
+        // many objects the finalizer could not delete.
+        status.set_failed_deletions(report.failed.iter().map(|(object, reason)| FailedDeletion {
+            object: object.clone(),
+            reason: reason.clone(),
+        }));
+        let reasons: Vec<String> = report
             .failed
             .iter()
             .map(|(o, r)| format!("{o}: {r}"))
             .collect();
+        let summary = kix_engine::deploy::joined(&reasons);
         status.message = Some(format!(
-            "cannot delete {} objects: {}",
-            report.failed.len(),
-            summary.join("; ")
+            "cannot delete {} objects: {summary}",
+            report.failed.len()
         ));
         kix_engine::records::set_status(&ctx.client, &name, &status).await?;
         event(
@@ -528,10 +526,10 @@ async fn cleanup(record: Arc<Activation>, ctx: &Context) -> Result<Action, Recon
             &record,
             EventType::Warning,
             "DeleteFailed",
-            summary.join("; "),
+            summary.clone(),
         )
         .await;
-        return Err(ReconcileError::Release(summary.join("; ")));
+        return Err(ReconcileError::Release(summary));
     }
     if let Err(err) = kix_nix::GcRoots::from_env().remove(record.cluster_name(), &name) {
         warn!("could not remove the GC root of {name}: {err}");

@@ -193,6 +193,10 @@ fn print_reasons(status: &ActivationStatus) {
     for failed in &status.failed_deletions {
         eprintln!("  not deleted: {}: {}", failed.object, failed.reason);
     }
+    let more = status.failed_deletion_count() as usize - status.failed_deletions.len();
+    if more > 0 {
+        eprintln!("  not deleted: {more} more objects");
+    }
 }
 
 /// How long gc waits for a record (and for the objects it deletes) to be
@@ -220,8 +224,11 @@ pub async fn wait_deleted(client: &Client, name: &str, until: Instant) -> anyhow
                 .iter()
                 .map(|f| format!("{}: {}", f.object, f.reason))
                 .collect();
+            let more = status.failed_deletion_count() as usize - failed.len();
             let why = if failed.is_empty() {
                 "the operator did not release it".to_string()
+            } else if more > 0 {
+                format!("{}; and {more} more", failed.join("; "))
             } else {
                 failed.join("; ")
             };
