@@ -133,7 +133,9 @@ impl Fights {
                 )
             })
             .collect();
-        (!fights.is_empty()).then(|| fights.join("; "))
+        // The first few by name, then a count: the record stays small
+        // however many objects fight.
+        (!fights.is_empty()).then(|| kix_engine::deploy::summary(&fights))
     }
 }
 
