@@ -14,7 +14,23 @@ each tool through the same sequence on the same control plane:
     change   deploy v1
     prune    deploy v2 (v1 without 10 % of the objects)
 
-and deletes the tool's namespaces and records before the next tool. Between
+From --scale-from objects on (default 10,000) the workload is ConfigMaps
+only (gen.py --scale) and the sequence is the one of issue 20, kix and the
+raw SSA loop:
+
+    first    deploy v0 into empty namespaces
+    noop     deploy v0 again
+    plan     plan v1 (1 % changed)
+    change   deploy v1
+    prune    deploy v2 (v1 without half of its packages: half the objects)
+    rollback roll back to v1, across the prune (the half comes back)
+    status   kix status
+    history  kix history
+
+A step that fails there is recorded as failed (its exit and the error's last
+line) and the sequence goes on.
+
+It deletes the tool's namespaces and records before the next tool. Between
 steps it waits, untimed, until the tool's Deployments are available (the
 time from a deploy's start until then is recorded as "ready") and then until
 the control plane is quiet, so a step never competes with the controllers'
@@ -65,6 +81,14 @@ class Bench:
             sys.stderr.write(r.stdout)
         return r
 
+    def timed_or_failed(self, label, cmd, env=None, ok=(0,)):
+        """timed(), but a failure is a result (the scale sequence goes on)."""
+        try:
+            return self.timed(label, cmd, env=env, ok=ok)
+        except StepFailed as e:
+            log(f"{label}: failed: {e.error}")
+            return e.result
+
     def timed(self, label, cmd, env=None, ok=(0,)):
         """Runs cmd under /usr/bin/time -v; returns wall seconds, peak RSS (MB), output."""
         tfile = os.path.join(self.logdir, "time.txt")
@@ -92,10 +116,13 @@ class Bench:
                "others": round(max(busy - cp - tool_cpu, 0.0), 2)}
         with open(logf) as f:
             output = f.read()
+        result = {"wall": round(wall, 3), "rss_mb": round(rss, 1) if rss else None, "cpu": cpu,
+                  "t0": t0, "output": output, "audit": [audit0, self.audit_offset()]}
         if rc not in ok:
-            raise RuntimeError(f"{label}: exit {rc}; see {logf}:\n{output[-3000:]}")
-        return {"wall": round(wall, 3), "rss_mb": round(rss, 1) if rss else None, "cpu": cpu,
-                "t0": t0, "output": output, "audit": [audit0, self.audit_offset()]}
+            errors = [l for l in output.splitlines() if l.startswith("error")]
+            result["failed"] = {"exit": rc, "error": (errors or output.splitlines() or [""])[-1][:300]}
+            raise StepFailed(f"{label}: exit {rc}; see {logf}:\n{output[-3000:]}", result)
+        return result
 
     def control_plane_cpu(self):
         """CPU seconds the control plane's processes have used so far (their
@@ -241,7 +268,53 @@ class Bench:
 
     # --- the sequence ------------------------------------------------------
 
+    def run_scale(self, tool, d, size, run):
+        """The scale sequence (issue 20): ConfigMaps only, nothing to wait for."""
+        label = f"{size}-{tool}-r{run}"
+        self.cleanup(tool)
+        self.prepare(tool)
+        rec = {"size": size, "tool": tool, "run": run, "scale": True, "steps": {}}
+        a = self.a
+        if tool == "kix":
+            dep = lambda v: [a.kix, "deploy", "bench", "--path", self.store[d][v], "--yes", "--timeout", "30m"]
+            seq = [("first", dep("v0")), ("noop", dep("v0")),
+                   ("plan", [a.kix, "plan", "bench", "--path", self.store[d]["v1"]]),
+                   ("change", dep("v1")),
+                   # Half the objects and five Namespaces: beyond the default
+                   # deletion budget, and destructive, so both are accepted.
+                   ("prune", dep("v2") + ["--accept-deletions", "--accept-migrations"]),
+                   ("rollback", [a.kix, "rollback", "bench", "--yes", "--timeout", "30m",
+                                 "--accept-deletions", "--accept-migrations"]),
+                   ("status", [a.kix, "status", "bench"]),
+                   ("history", [a.kix, "history", "bench"])]
+        elif tool == "ssa":
+            seq = [(step, self.deploy_cmd(tool, d, v)[0]) for step, v in
+                   (("first", "v0"), ("noop", "v0"), ("change", "v1"))]
+        else:
+            log(f"leaving out {tool} at {size:,}: the scale sequence runs kix and the raw SSA loop")
+            return
+        for step, cmd in seq:
+            # kix status exits non-zero when an object is not Ready; the
+            # time is what is measured.
+            ok = (0, 1) if step == "status" else (0,)
+            r = self.timed_or_failed(f"{label}-{step}", cmd, ok=ok)
+            if tool == "ssa" and step == "first":
+                m = re.search(r"applied \d+ objects in ([\d.]+)s", r["output"])
+                if m:
+                    r["wall"] = float(m.group(1))
+            self.quiet()
+            rec["steps"][step] = {k: v for k, v in r.items() if k in ("wall", "rss_mb", "cpu", "audit", "failed")}
+            log(f"{label} {step}: {r['wall']:.2f}s" + (f", {r['rss_mb']:.0f} MB" if r["rss_mb"] else "")
+                + (" FAILED" if "failed" in r else ""))
+        if tool == "kix":
+            rec["kix_counts"] = self.kix_record_summary()
+        self.results["runs"].append(rec)
+        self.save()
+        self.cleanup(tool)
+
     def run_tool(self, tool, d, size, run):
+        if size >= self.a.scale_from:
+            return self.run_scale(tool, d, size, run)
         label = f"{size}-{tool}-r{run}"
         self.cleanup(tool)
         self.prepare(tool)
@@ -294,11 +367,13 @@ class Bench:
         a = self.a
         self.store = {}
         tools = a.tools.split(",")
-        self.results["config"] = {"sizes": a.sizes, "runs": a.runs, "peer_runs": a.peer_runs, "tools": tools}
+        self.results["config"] = {"sizes": a.sizes, "runs": a.runs, "peer_runs": a.peer_runs, "tools": tools,
+                                  "scale_from": a.scale_from}
         for size in [int(s) for s in a.sizes.split(",")]:
             d = os.path.join(self.work, f"workload-{size}")
             log(f"generating {size} objects in {d}")
-            subprocess.check_call([sys.executable, os.path.join(HERE, "gen.py"), d, str(size)])
+            subprocess.check_call([sys.executable, os.path.join(HERE, "gen.py"), d, str(size)]
+                                  + (["--scale"] if size >= a.scale_from else []))
             # kix deploys store paths (what Nix builds): the trees are added
             # to the store once, untimed, as a build would have put them there.
             self.store[d] = {}
@@ -313,6 +388,13 @@ class Bench:
                     limit = a.runs if tool in ("kix", "ssa") else a.peer_runs
                     if run <= limit:
                         self.run_tool(tool, d, size, run)
+
+
+class StepFailed(RuntimeError):
+    def __init__(self, message, result):
+        super().__init__(message)
+        self.result = result
+        self.error = result["failed"]["error"]
 
 
 def machine_busy_seconds():
@@ -344,6 +426,8 @@ def main():
     p.add_argument("--helm")
     p.add_argument("--kapp")
     p.add_argument("--ssa-loop", required=True)
+    p.add_argument("--scale-from", type=int, default=10000,
+                   help="from this size on: ConfigMaps only, the scale sequence (kix, raw SSA loop)")
     p.add_argument("--audit", help="the control plane's audit log (byte offsets per step are recorded)")
     Bench(p.parse_args()).main()
 

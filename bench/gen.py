@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates the benchmark's workloads: the same objects for every tool.
 
-    gen.py OUT_DIR OBJECTS [--packages 10]
+    gen.py OUT_DIR OBJECTS [--packages 10] [--scale]
 
 For each variant (v0: base; v1: 10 % of the objects changed; v2: v1 with
 10 % of v0's objects removed) and each tool prefix it writes:
@@ -17,6 +17,11 @@ pods). In package order the objects are
 ConfigMaps, Services, Deployments; object k of a package (0-based) changes in
 v1 when k % 10 == 0 and is removed in v2 when k % 10 == 5: exactly 10 % each,
 spread over the three kinds roughly in their proportions.
+
+With --scale (the 20,000 and 50,000 runs) the objects are ConfigMaps only,
+so the controllers do no work and the steps time kix alone: object k of a
+package changes in v1 when k % 100 == 0 (1 %), and v2 is v1 without the
+second half of the packages (their namespaces and objects: a prune of half).
 
 No third-party modules: the YAML is written by hand (block style, quoted
 strings), which every reader (kix, kubectl, kapp, Helm) parses the same way.
@@ -133,10 +138,16 @@ metadata:
 """
 
 
-def render(tool, variant, per_package, package):
+def render(tool, variant, per_package, package, scale=False):
     """{file name: yaml} for one package of one tool and variant."""
     ns = f"{tool}-p{package:02d}"
     objs, n_dep = package_objects(per_package)
+    if scale:
+        files = {"00-namespace.yaml": [namespace(ns, tool)], "configmaps.yaml": []}
+        for k in range(per_package):
+            rev = 2 if variant >= 1 and k % 100 == 0 else 1
+            files["configmaps.yaml"].append(configmap(ns, tool, k, rev))
+        return {name: "---\n".join(docs) for name, docs in files.items()}
     files = {"00-namespace.yaml": [namespace(ns, tool)], "configmaps.yaml": [],
              "services.yaml": [], "deployments.yaml": []}
     for k, (kind, i) in enumerate(objs):
@@ -161,6 +172,9 @@ def write(path, text):
 def main():
     args = sys.argv[1:]
     packages = 10
+    scale = "--scale" in args
+    if scale:
+        args.remove("--scale")
     if "--packages" in args:
         at = args.index("--packages")
         packages = int(args[at + 1])
@@ -173,15 +187,16 @@ def main():
     counts = {}
     for variant in (0, 1, 2):
         vdir = os.path.join(out, f"v{variant}")
+        kept = range(packages // 2) if scale and variant == 2 else range(packages)
         names = [f"p{p:02d}" for p in range(packages)]
         write(os.path.join(vdir, "kix-tree", "kix.json"), json.dumps(
-            {"format": 1, "cluster": "bench", "packages": names, "settings": {}}, indent=2) + "\n")
+            {"format": 1, "cluster": "bench", "packages": [names[p] for p in kept], "settings": {}}, indent=2) + "\n")
         write(os.path.join(vdir, "helm-chart", "Chart.yaml"),
               f"apiVersion: v2\nname: bench\nversion: 0.1.{variant}\nappVersion: \"{variant}\"\n")
         n = 0
         for tool in TOOLS:
-            for p in range(packages):
-                files = render(tool, variant, per_package, p)
+            for p in kept:
+                files = render(tool, variant, per_package, p, scale)
                 if tool == "kix":
                     pdir = os.path.join(vdir, "kix-tree", "packages", names[p])
                     write(os.path.join(pdir, "package.json"), json.dumps(
@@ -198,7 +213,8 @@ def main():
                         write(os.path.join(vdir, tool, names[p], name), text)
         counts[f"v{variant}"] = n
     write(os.path.join(out, "counts.json"), json.dumps(
-        {"objects": total, "packages": packages, "namespaces": packages, "documents": counts}) + "\n")
+        {"objects": total, "packages": packages, "namespaces": packages, "documents": counts,
+         "scale": scale}) + "\n")
 
 
 if __name__ == "__main__":
