@@ -1286,16 +1286,16 @@ mod tests {
     /// A run where thousands of objects failed must not write a message (and
     /// a record, and an Event) that grows with them.
     #[test]
-    fn a_summary_names_the_first_messages_and_counts_the_rest() {
+    fn joined_messages_name_the_first_messages_and_counts_the_rest() {
         let messages: Vec<String> = (0..25_000)
             .map(|i| format!("could not prune ConfigMap apps/cm-{i}: forbidden"))
             .collect();
-        let text = summary(&messages);
+        let text = joined(&messages);
         assert!(text.starts_with("could not prune ConfigMap apps/cm-0: forbidden; "));
         assert!(text.ends_with("; and 24990 more"), "{text}");
         assert_eq!(text.matches("could not prune").count(), MESSAGES_LISTED);
         assert_eq!(
-            summary(&messages[..2]),
+            joined(&messages[..2]),
             format!("{}; {}", messages[0], messages[1])
         );
         assert_eq!(summary(&[]), "");

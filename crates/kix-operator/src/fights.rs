@@ -135,7 +135,7 @@ impl Fights {
             .collect();
         // The first few by name, then a count: the record stays small
         // however many objects fight.
-        (!fights.is_empty()).then(|| kix_engine::deploy::summary(&fights))
+        (!fights.is_empty()).then(|| kix_engine::deploy::joined(&fights))
     }
 }
 
