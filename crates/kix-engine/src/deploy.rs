@@ -1028,7 +1028,7 @@ async fn apply_ranks(
             .await;
         for (d, p, result) in results {
             match result {
-                Ok(applied) => {
+                Ok(ready) => {
                     state.applied += 1;
                     emit(
                         options,
@@ -1038,7 +1038,7 @@ async fn apply_ranks(
                             action: p.action,
                         },
                     );
-                    if health(&applied).is_ready() {
+                    if ready {
                         state.healthy += 1;
                     } else {
                         unready.push(wait_target(d));
@@ -1172,11 +1172,16 @@ async fn apply_tagged<'a>(
 ) -> (
     &'a Desired,
     &'a PlannedObject,
-    std::result::Result<serde_json::Value, String>,
+    std::result::Result<bool, String>,
 ) {
     // Held for the apply: bounds the applies in flight across groups.
     let _permit = permits.acquire().await;
-    (d, p, apply_one(client, d, p, options).await)
+    // Only whether it is ready is kept: the applied object (managedFields
+    // and all) is dropped here, not held until its whole batch is applied.
+    let ready = apply_one(client, d, p, options)
+        .await
+        .map(|applied| health(&applied).is_ready());
+    (d, p, ready)
 }
 
 /// One server-side apply (or delete-then-create for a replace).

@@ -25,8 +25,10 @@ pub struct Desired {
     pub resource: Resource,
     /// The manifest as kix applies it, labels and digest included, the
     /// package's handed-off fields removed; the activations annotation is
-    /// added at apply time.
-    pub manifest: Value,
+    /// added at apply time. Kept as compact JSON text ([`Desired::manifest`]
+    /// reads it): a `Value` tree of ordered maps is several times its
+    /// text, and a plan needs the tree only of the objects it writes.
+    manifest: Box<str>,
     /// Fields of the package's handoff rules that cover this object.
     pub handed_off: Vec<String>,
     /// Digest of the manifest as applied (without the digest annotation and
@@ -37,6 +39,12 @@ pub struct Desired {
 }
 
 impl Desired {
+    /// The manifest as kix applies it (see the field).
+    pub fn manifest(&self) -> Value {
+        // It was written from a Value: it reads back.
+        serde_json::from_str(&self.manifest).unwrap_or(Value::Null)
+    }
+
     pub fn is_crd(&self) -> bool {
         self.key.kind == "CustomResourceDefinition" && self.key.group == "apiextensions.k8s.io"
     }
@@ -84,6 +92,7 @@ pub async fn desired_objects(build: &Build, resources: &mut Resources) -> Result
             handed_off.extend(rule.fields.iter().cloned());
         }
         let digest = stamp(&mut manifest, &key, &object.package);
+        let manifest = manifest.to_string().into_boxed_str();
         out.push(Desired {
             rank: kind_rank(&key.group, &key.kind),
             cluster: build.cluster.clone(),

@@ -16,38 +16,71 @@
 use std::collections::{BTreeSet, HashMap};
 
 use kix_api::Accepted;
-use kix_manifest::{ObjectKey, canonical_digest};
+use kix_manifest::{ObjectKey, canonical_digest, canonical_json};
 use serde_json::{Value, json};
 
 use crate::plan::{Action, Plan, PlanOptions};
 use crate::records::CrdState;
 
 /// The digest of every action of `plan` (sha256 hex of its canonical JSON).
+///
+/// The canonical JSON of `{cluster, crdVersions, kixCrds, migrations,
+/// objects: [...]}`
+/// is hashed as it is written, an object at a time: the whole document as
+/// one `Value` held a KB per object.
 pub fn digest(plan: &Plan) -> String {
     let content: HashMap<&ObjectKey, &str> = plan
         .desired
         .iter()
         .map(|d| (&d.key, d.digest.as_str()))
         .collect();
-    let objects: Vec<Value> = plan
-        .objects()
-        .map(|o| {
-            json!({
-                "object": format!("{} {}", o.api_version, o.key),
-                "action": o.action.as_str(),
-                "content": content.get(&o.key).copied(),
-                "fields": o.fields,
-                "kept": (o.action == Action::Keep).then_some(o.note.as_deref()),
-            })
+    // Keys in canonical (sorted) order: cluster, crdVersions, kixCrds,
+    // migrations, objects.
+    let head = [
+        ("cluster", json!(plan.cluster)),
+        ("crdVersions", json!(crd_actions(plan).collect::<Vec<_>>())),
+        (
+            "kixCrds",
+            json!((plan.kix_crds != CrdState::Current).then(|| format!("{:?}", plan.kix_crds))),
+        ),
+        (
+            "migrations",
+            json!(crate::migrations::acceptance(&plan.migrations)),
+        ),
+    ];
+    let objects = plan.objects().map(|o| {
+        json!({
+            "object": format!("{} {}", o.api_version, o.key),
+            "action": o.action.as_str(),
+            "content": content.get(&o.key).copied(),
+            "fields": o.fields,
+            "kept": (o.action == Action::Keep).then_some(o.note.as_deref()),
         })
-        .collect();
-    canonical_digest(&json!({
-        "cluster": plan.cluster,
-        "kixCrds": (plan.kix_crds != CrdState::Current).then(|| format!("{:?}", plan.kix_crds)),
-        "objects": objects,
-        "migrations": crate::migrations::acceptance(&plan.migrations),
-        "crdVersions": crd_actions(plan).collect::<Vec<_>>(),
-    }))
+    });
+    streamed_digest(&head, objects)
+}
+
+/// [`canonical_digest`] of `{head..., "objects": [objects...]}`, the head's
+/// keys sorted and before "objects", written into the hash an object at a
+/// time.
+fn streamed_digest(head: &[(&str, Value)], objects: impl Iterator<Item = Value>) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(b"{");
+    for (key, value) in head {
+        hasher.update(format!("{}:", Value::from(*key)).as_bytes());
+        hasher.update(canonical_json(value).as_bytes());
+        hasher.update(b",");
+    }
+    hasher.update(br#""objects":["#);
+    for (i, object) in objects.enumerate() {
+        if i > 0 {
+            hasher.update(b",");
+        }
+        hasher.update(canonical_json(&object).as_bytes());
+    }
+    hasher.update(b"]}");
+    hex::encode(hasher.finalize())
 }
 
 /// The CRD versions a plan drops or stops serving while they are stored.
@@ -465,6 +498,39 @@ mod tests {
             actions: lines.iter().map(|(c, l)| (*c, l.to_string())).collect(),
             undropped: vec![],
         }
+    }
+
+    #[test]
+    fn the_streamed_digest_is_the_digest_of_the_whole_document() {
+        let objects = vec![
+            json!({"object": "v1 ConfigMap a/x", "action": "create", "content": "ab", "fields": [], "kept": null}),
+            json!({"object": "v1 Namespace/a", "action": "keep", "content": null, "fields": ["x"], "kept": "shared"}),
+        ];
+        let head = [
+            ("cluster", json!("prod")),
+            ("kixCrds", json!("Missing")),
+            ("migrations", json!(["migration web 1 -> 2"])),
+        ];
+        let whole = json!({
+            "objects": objects,
+            "migrations": ["migration web 1 -> 2"],
+            "kixCrds": "Missing",
+            "cluster": "prod",
+        });
+        assert_eq!(
+            streamed_digest(&head, objects.clone().into_iter()),
+            canonical_digest(&whole)
+        );
+        let empty = json!({"cluster": "prod", "kixCrds": null, "migrations": [], "objects": []});
+        let head = [
+            ("cluster", json!("prod")),
+            ("kixCrds", Value::Null),
+            ("migrations", json!([])),
+        ];
+        assert_eq!(
+            streamed_digest(&head, std::iter::empty()),
+            canonical_digest(&empty)
+        );
     }
 
     #[test]

@@ -18,9 +18,9 @@ use kix_api::{
     LABEL_PACKAGE, ObjectRef, Phase, Progress, owner_value,
 };
 use kix_manifest::ObjectKey;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{DynamicObject, ListParams};
 use kube::discovery::ApiResource;
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -303,17 +303,31 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             }
         }
     }
-    let live = list_full(client, kinds.into_values().collect()).await?;
-    let mine_live: HashMap<&ObjectKey, &FullLive> = live
-        .iter()
-        .filter(|l| {
-            l.owned
-                && l.activations
-                    .iter()
-                    .any(|a| belongs_to(a, cluster, &clusters))
+    // Each live object is judged as its LIST page arrives and only the
+    // verdict is kept: holding every full object (managedFields and all)
+    // until the end took most of the memory at 50,000 objects.
+    let by_key: HashMap<&ObjectKey, &Desired> = desired.iter().map(|d| (&d.key, d)).collect();
+    let judge = |l: Seen, value: &Value| -> Option<Judged> {
+        let mine = l.owned
+            && l.activations
+                .iter()
+                .any(|a| belongs_to(a, cluster, &clusters));
+        if !mine {
+            return None;
+        }
+        let verdict = match by_key.get(&l.key) {
+            Some(d) => desired_health(d, &l, value),
+            None => deleting_health(value).unwrap_or_else(|| live_health(value)),
+        };
+        Some(Judged {
+            key: l.key,
+            api_version: l.api_version,
+            package: l.package,
+            verdict,
         })
-        .map(|l| (&l.key, l))
-        .collect();
+    };
+    let judged = list_judged(client, kinds.into_values().collect(), &judge).await?;
+    let mine_live: HashMap<&ObjectKey, &Judged> = judged.iter().map(|l| (&l.key, l)).collect();
 
     let mut packages: Vec<PackageStatus> = build_packages
         .iter()
@@ -351,7 +365,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
         );
         let (health_state, reason) = match mine_live.get(&d.key) {
             None => (HealthState::Missing, None),
-            Some(l) => desired_health(d, l),
+            Some(l) => l.verdict.clone(),
         };
         push(
             &mut packages,
@@ -364,14 +378,14 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             },
         );
     }
-    let mut extras: Vec<&&FullLive> = mine_live
+    let mut extras: Vec<&&Judged> = mine_live
         .values()
         .filter(|l| !in_build.contains(&l.key))
         .collect();
     extras.sort_by(|a, b| a.package.cmp(&b.package).then_with(|| a.key.cmp(&b.key)));
     let have_build = matches!(build_state, BuildState::Read);
     for l in extras {
-        let (state, reason) = deleting_health(&l.value).unwrap_or_else(|| live_health(&l.value));
+        let (state, reason) = l.verdict.clone();
         push(
             &mut packages,
             l.package.as_deref().unwrap_or("(no package label)"),
@@ -421,7 +435,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
 /// about the build. A field is drifted when kix's field manager no longer
 /// owns it ([`crate::ownership::drifted_fields`]); the digest of an object
 /// several Kix clusters share is the one that applied it last.
-fn desired_health(d: &Desired, l: &FullLive) -> (HealthState, Option<String>) {
+fn desired_health(d: &Desired, l: &Seen, value: &Value) -> (HealthState, Option<String>) {
     let shared = l.activations.len() > 1;
     if l.digest.as_deref() != Some(d.digest.as_str()) && !shared {
         return (
@@ -430,7 +444,7 @@ fn desired_health(d: &Desired, l: &FullLive) -> (HealthState, Option<String>) {
         );
     }
     let manager = kix_api::field_manager(&d.cluster);
-    let fields = crate::ownership::drifted_fields(&d.manifest, &l.value, &manager);
+    let fields = crate::ownership::drifted_fields(&d.manifest(), value, &manager);
     if !fields.is_empty() {
         let shown: Vec<String> = fields.iter().take(3).map(ToString::to_string).collect();
         let more = if fields.len() > 3 {
@@ -446,7 +460,7 @@ fn desired_health(d: &Desired, l: &FullLive) -> (HealthState, Option<String>) {
             )),
         );
     }
-    live_health(&l.value)
+    live_health(value)
 }
 
 /// An object with a deletionTimestamp: Deleting, with its finalizers and
@@ -480,84 +494,135 @@ fn live_health(value: &Value) -> (HealthState, Option<String>) {
     }
 }
 
-/// A live object kix labelled, read in full.
-struct FullLive {
+/// What a live object kix labelled says of itself (the full object is
+/// looked at once, while its page is at hand).
+struct Seen {
     key: ObjectKey,
     api_version: String,
     owned: bool,
     digest: Option<String>,
     activations: std::collections::BTreeSet<String>,
     package: Option<String>,
-    value: Value,
 }
 
-/// The object as JSON with apiVersion and kind (list items lack them).
-fn typed(obj: &DynamicObject, resource: &ApiResource) -> Value {
-    let mut value = serde_json::to_value(obj).unwrap_or(Value::Null);
-    if let Some(map) = value.as_object_mut() {
-        map.insert(
-            "apiVersion".into(),
-            Value::String(resource.api_version.clone()),
-        );
-        map.insert("kind".into(), Value::String(resource.kind.clone()));
-    }
-    value
+/// A live object of this Kix cluster, judged.
+struct Judged {
+    key: ObjectKey,
+    api_version: String,
+    package: Option<String>,
+    verdict: (HealthState, Option<String>),
 }
 
-/// One LIST per kind, cluster-wide, kix's label selector, full objects.
-async fn list_full(client: &Client, kinds: Vec<(ApiResource, bool)>) -> Result<Vec<FullLive>> {
+/// Objects per LIST page: a page of full objects is held at a time.
+const PAGE: u32 = 500;
+
+/// A page of a LIST, its items as JSON (with apiVersion and kind added).
+#[derive(serde::Deserialize)]
+struct Page {
+    metadata: PageMeta,
+    /// `null` when the list is empty.
+    items: Option<Vec<Value>>,
+}
+
+#[derive(serde::Deserialize)]
+struct PageMeta {
+    #[serde(rename = "continue")]
+    continue_: Option<String>,
+}
+
+/// One paged LIST per kind, cluster-wide, kix's label selector, full
+/// objects, each handed to `judge` and dropped.
+async fn list_judged(
+    client: &Client,
+    kinds: Vec<(ApiResource, bool)>,
+    judge: &(dyn Fn(Seen, &Value) -> Option<Judged> + Sync),
+) -> Result<Vec<Judged>> {
     let selector = kix_api::labels::managed_selector();
     let lists = stream::iter(kinds.into_iter().map(|(resource, namespaced)| {
         let client = client.clone();
         let selector = selector.clone();
         async move {
-            let api: Api<DynamicObject> = Api::all_with(client, &resource);
-            let items = match api.list(&ListParams::default().labels(&selector)).await {
-                Ok(list) => list.items,
-                Err(kube::Error::Api(status)) if status.code == 404 => vec![],
-                Err(source) => {
-                    return Err(EngineError::List {
-                        kind: resource.kind.clone(),
-                        source,
-                    });
+            let mut out = Vec::new();
+            let mut token: Option<String> = None;
+            loop {
+                let mut params = ListParams::default().labels(&selector).limit(PAGE);
+                if let Some(t) = &token {
+                    params = params.continue_token(t);
                 }
-            };
-            Ok(items
-                .into_iter()
-                .map(|obj| {
-                    let key = ObjectKey {
-                        group: resource.group.clone(),
-                        kind: resource.kind.clone(),
-                        namespace: if namespaced { obj.namespace() } else { None },
-                        name: obj.name_any(),
-                    };
-                    let labels = obj.labels();
-                    let annotations = obj.annotations();
-                    FullLive {
-                        owned: labels.get(LABEL_OWNER).is_some_and(|v| {
-                            *v == owner_value(
-                                &key.group,
-                                &key.kind,
-                                key.namespace.as_deref(),
-                                &key.name,
-                            )
-                        }),
-                        digest: annotations.get(ANNOTATION_DIGEST).cloned(),
-                        activations: annotations
-                            .get(ANNOTATION_ACTIVATIONS)
-                            .map(|v| kix_api::labels::parse_activations(v))
-                            .unwrap_or_default(),
-                        package: labels.get(LABEL_PACKAGE).cloned(),
-                        api_version: resource.api_version.clone(),
-                        value: typed(&obj, &resource),
-                        key,
+                let url = DynamicObject::url_path(&resource, None);
+                let page: Page = match kube::core::Request::new(url)
+                    .list(&params)
+                    .map_err(kube::Error::BuildRequest)
+                {
+                    Ok(request) => match client.request(request).await {
+                        Ok(page) => page,
+                        Err(kube::Error::Api(status)) if status.code == 404 => break,
+                        Err(source) => {
+                            return Err(EngineError::List {
+                                kind: resource.kind.clone(),
+                                source,
+                            });
+                        }
+                    },
+                    Err(source) => {
+                        return Err(EngineError::List {
+                            kind: resource.kind.clone(),
+                            source,
+                        });
                     }
-                })
-                .collect::<Vec<_>>())
+                };
+                for mut value in page.items.unwrap_or_default() {
+                    // List items carry no type.
+                    if let Some(map) = value.as_object_mut() {
+                        map.insert(
+                            "apiVersion".into(),
+                            Value::String(resource.api_version.clone()),
+                        );
+                        map.insert("kind".into(), Value::String(resource.kind.clone()));
+                    }
+                    let seen = seen(&value, &resource, namespaced);
+                    out.extend(judge(seen, &value));
+                }
+                match page.metadata.continue_ {
+                    Some(t) if !t.is_empty() => token = Some(t),
+                    _ => break,
+                }
+            }
+            Ok(out)
         }
     }))
     .buffer_unordered(LIST_CONCURRENCY)
     .try_collect::<Vec<_>>()
     .await?;
     Ok(lists.into_iter().flatten().collect())
+}
+
+fn seen(value: &Value, resource: &ApiResource, namespaced: bool) -> Seen {
+    let meta = &value["metadata"];
+    let text = |v: &Value| v.as_str().map(str::to_string);
+    let key = ObjectKey {
+        group: resource.group.clone(),
+        kind: resource.kind.clone(),
+        namespace: if namespaced {
+            text(&meta["namespace"])
+        } else {
+            None
+        },
+        name: text(&meta["name"]).unwrap_or_default(),
+    };
+    let labels = &meta["labels"];
+    let annotations = &meta["annotations"];
+    Seen {
+        owned: labels[LABEL_OWNER].as_str().is_some_and(|v| {
+            v == owner_value(&key.group, &key.kind, key.namespace.as_deref(), &key.name)
+        }),
+        digest: text(&annotations[ANNOTATION_DIGEST]),
+        activations: annotations[ANNOTATION_ACTIVATIONS]
+            .as_str()
+            .map(kix_api::labels::parse_activations)
+            .unwrap_or_default(),
+        package: text(&labels[LABEL_PACKAGE]),
+        api_version: resource.api_version.clone(),
+        key,
+    }
 }

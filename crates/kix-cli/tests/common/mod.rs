@@ -289,7 +289,7 @@ impl Expected {
                 .map(|d| {
                     (
                         format!("{}/{}", d.key.kind, d.key.name),
-                        (d.digest, d.manifest),
+                        (d.digest.clone(), d.manifest()),
                     )
                 })
                 .collect(),
