@@ -213,7 +213,7 @@ pub async fn analyse(
             })?;
         let Some(live) = live else { continue };
         let live = serde_json::to_value(live).unwrap_or(Value::Null);
-        let mut upgrade = compare(&d.key, &live, &d.manifest);
+        let mut upgrade = compare(&d.key, &live, &d.manifest());
         if upgrade.changes.is_empty() && upgrade.destructive.is_empty() {
             continue;
         }

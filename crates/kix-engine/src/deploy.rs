@@ -1303,6 +1303,6 @@ mod tests {
             joined(&messages[..2]),
             format!("{}; {}", messages[0], messages[1])
         );
-        assert_eq!(summary(&[]), "");
+        assert_eq!(joined(&[]), "");
     }
 }
