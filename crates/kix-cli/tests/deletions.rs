@@ -447,3 +447,61 @@ async fn gc_refuses_a_mass_deletion_before_deleting_anything() {
     .ok();
     assert_eq!(configmap_deletes(mark, kix.ns()).len(), 39);
 }
+
+/// A rollback is a deploy of an older build: the deletions it plans are
+/// weighed against the budget, in both modes, before anything changes.
+#[tokio::test]
+async fn rollback_over_the_deletion_budget_refuses_in_both_modes() {
+    let kix = Kix::new("rb-budget").await;
+    let one = kix.tree("one", &configmaps(numbered(1)), json!({}));
+    kix.deploy(&one, &[]).ok();
+    let all = kix.tree("all", &configmaps(numbered(40)), json!({}));
+    kix.deploy(&all, &[]).ok();
+
+    let mark = audit::mark().expect("mark");
+    for mode in [&[][..], &["--operator"][..]] {
+        let mut args = vec!["rollback", kix.cluster(), "--yes"];
+        args.extend_from_slice(mode);
+        let run = kix.kix(&args).code(1);
+        assert!(
+            run.stderr.contains("deletion budget") && run.stderr.contains("--max-deletions 39"),
+            "{mode:?}: {}",
+            run.stderr
+        );
+    }
+    assert!(configmap_deletes(mark, kix.ns()).is_empty());
+    assert_eq!(kix.records().await.len(), 2, "no record written");
+
+    kix.kix(&["rollback", kix.cluster(), "--yes", "--max-deletions", "39"])
+        .ok();
+    assert_eq!(configmap_deletes(mark, kix.ns()).len(), 39);
+}
+
+/// `gc --operator` weighs the objects the records' finalizers would delete
+/// against the budget before it deletes a record.
+#[tokio::test]
+async fn gc_through_the_operator_refuses_a_mass_deletion_before_deleting_a_record() {
+    let kix = Kix::new("gc-op-budget").await;
+    let all = kix.tree("all", &configmaps(numbered(40)), json!({}));
+    kix.deploy(&all, &[]).ok();
+    let one = kix.tree("one", &configmaps(numbered(1)), json!({}));
+    kix.deploy(&one, &["--prune=false"]).ok();
+
+    let mark = audit::mark().expect("mark");
+    let run = kix
+        .kix(&["gc", kix.cluster(), "--keep", "0", "--yes", "--operator"])
+        .code(1);
+    assert!(
+        run.stderr.contains("deletion budget") && run.stderr.contains("--max-deletions 39"),
+        "{}",
+        run.stderr
+    );
+    assert!(configmap_deletes(mark, kix.ns()).is_empty());
+    let activation_deletes = audit::since(mark)
+        .expect("audit log")
+        .into_iter()
+        .filter(|r| r.verb == "delete" && r.resource == "activations")
+        .count();
+    assert_eq!(activation_deletes, 0, "a record was deleted");
+    assert_eq!(kix.records().await.len(), 2, "no record retired");
+}

@@ -177,6 +177,25 @@ impl Plan {
                 .any(|o| o.action == Action::Keep && o.note.as_deref() == Some(NOTE_SHARED))
     }
 
+    /// Leaves the objects of `keys` that the plan would create or update as
+    /// they are this round (the operator's back-off and holds): they become
+    /// Unchanged, the counts follow, and a CRD among them is no upgrade.
+    pub fn leave_as_is(&mut self, keys: &BTreeSet<ObjectKey>) {
+        self.crd_upgrades.retain(|u| !keys.contains(&u.key));
+        for o in self.packages.iter_mut().flat_map(|p| &mut p.objects) {
+            if !keys.contains(&o.key) {
+                continue;
+            }
+            match o.action {
+                Action::Update => self.counts.update -= 1,
+                Action::Create => self.counts.create -= 1,
+                _ => continue,
+            }
+            self.counts.unchanged += 1;
+            o.action = Action::Unchanged;
+        }
+    }
+
     pub fn objects(&self) -> impl Iterator<Item = &PlannedObject> {
         self.packages
             .iter()

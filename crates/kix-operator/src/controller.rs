@@ -346,11 +346,16 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
                 && matches!(r.phase(), Some(Phase::Active | Phase::Degraded))
         })
         .map(ResourceExt::name_any);
-    if !fresh {
+    let crds_refused = if fresh {
+        None
+    } else {
+        // Held CRDs first: leaving them is not a correction the fights count.
+        let held = crate::guard::hold_refused_crds(ctx, &record, &mut plan).await;
         crate::fights::before_correcting(ctx, &record, &mut plan).await;
-    }
+        held
+    };
     if !fresh && !plan.has_changes() {
-        crate::guard::settle_quiet(ctx, &record, &plan).await?;
+        crate::guard::settle_quiet(ctx, &record, &plan, crds_refused.as_deref()).await?;
         return Ok(Action::requeue(ctx.resync));
     }
     let drifted =
@@ -424,6 +429,11 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     let mut status = latest.status.clone().unwrap_or_default();
     status.observed_generation = record.metadata.generation;
     crate::guard::clear_budget(&mut status);
+    crate::guard::set_condition(
+        &mut status,
+        crate::guard::CONDITION_CRD_UPGRADE_REFUSED,
+        crds_refused.as_deref(),
+    );
     crate::guard::set_condition(
         &mut status,
         crate::fights::CONDITION_DRIFT_FIGHT,

@@ -57,16 +57,7 @@ impl Fights {
             .filter(|(_, f)| f.until.is_some_and(|u| u > now))
             .map(|(k, _)| k.clone())
             .collect();
-        for o in plan.packages.iter_mut().flat_map(|p| &mut p.objects) {
-            if held.contains(&o.key) && matches!(o.action, Action::Update | Action::Create) {
-                match o.action {
-                    Action::Update => plan.counts.update -= 1,
-                    _ => plan.counts.create -= 1,
-                }
-                plan.counts.unchanged += 1;
-                o.action = Action::Unchanged;
-            }
-        }
+        plan.leave_as_is(&held);
         held
     }
 

@@ -42,6 +42,53 @@ pub async fn hold_for_budget(
     Ok(())
 }
 
+/// The condition an applied record carries while the build's CRDs cannot be
+/// applied: a version it removes is still in the CRD's storedVersions.
+pub const CONDITION_CRD_UPGRADE_REFUSED: &str = "CrdUpgradeRefused";
+
+/// For an applied record's upkeep: the build's CRDs that the apiserver would
+/// refuse (a stored version removed) are left as they are this round, so the
+/// rest is still kept applied; returns the condition's message (None: no
+/// such CRD). The record gets the condition and one Event when it is new.
+pub async fn hold_refused_crds(
+    ctx: &Context,
+    record: &Activation,
+    plan: &mut Plan,
+) -> Option<String> {
+    let refused: Vec<&kix_engine::crd_upgrade::CrdUpgrade> = plan
+        .crd_upgrades
+        .iter()
+        .filter(|u| u.refusal().is_some())
+        .collect();
+    if refused.is_empty() {
+        return None;
+    }
+    let keys = refused.iter().map(|u| u.key.clone()).collect();
+    let reasons: Vec<String> = refused.iter().filter_map(|u| u.refusal()).collect();
+    plan.leave_as_is(&keys);
+    let message = format!(
+        "left as they are, the rest is kept applied: {}",
+        kix_engine::deploy::joined(&reasons)
+    );
+    let known = record.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION_CRD_UPGRADE_REFUSED && c.message == message)
+    });
+    if !known {
+        tracing::warn!("{message}");
+        event(
+            ctx,
+            record,
+            EventType::Warning,
+            CONDITION_CRD_UPGRADE_REFUSED,
+            message.clone(),
+        )
+        .await;
+    }
+    Some(message)
+}
+
 /// Nothing to apply: the record's deleting set follows the plan's (objects
 /// whose finalizers are done leave it), the budget condition is cleared, and
 /// the status is written only when that changed something.
@@ -49,11 +96,13 @@ pub async fn settle_quiet(
     ctx: &Context,
     record: &Activation,
     plan: &Plan,
+    crds_refused: Option<&str>,
 ) -> Result<(), ReconcileError> {
     let mut status = record.status.clone().unwrap_or_default();
     let before = status.deleting.clone();
     kix_engine::prune::set_deleting(&mut status, kix_engine::prune::deleting_in(plan));
     set_condition(&mut status, CONDITION_DELETION_BUDGET, None);
+    set_condition(&mut status, CONDITION_CRD_UPGRADE_REFUSED, crds_refused);
     set_condition(
         &mut status,
         crate::fights::CONDITION_DRIFT_FIGHT,

@@ -205,3 +205,161 @@ async fn the_operator_needs_consent_for_a_stored_version_and_refuses_its_removal
     assert_eq!(live.data["spec"]["versions"][0]["name"], "v1alpha1");
     let _ = crds(&env).delete(&name, &Default::default()).await;
 }
+
+/// The live CRD of an applied record gains a version that objects are then
+/// stored in (someone edited it): the build would remove a stored version,
+/// which the apiserver refuses. The operator leaves that CRD as it is, keeps
+/// the rest applied, and says so once: a condition and one Event, and no
+/// status write while nothing else changes.
+#[tokio::test]
+async fn an_applied_record_leaves_a_crd_it_cannot_apply_and_keeps_the_rest() {
+    let env = TestEnv::new("op-crd-hold").await.expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let _op = Operator::start(
+        &env,
+        &[&env.cluster],
+        &kix_testkit::unique_name("lease"),
+        dir.path(),
+    );
+    let group = format!("{}.example.com", env.namespace);
+    let name = format!("widgets.{group}");
+    let yaml = format!(
+        "{}{}",
+        crd(&name, &group, &[("v1", true, true)]),
+        configmap("settings", "hello")
+    );
+    let root = tree(dir.path(), &env.cluster, &env.namespace, &yaml);
+    let out = deploy_operator(&env.cluster, &root);
+    assert!(out.status.success(), "{}", text(&out));
+
+    // Someone adds v2 as the storage version and stores a Widget in it.
+    let patch = json!({"spec": {"versions": [
+        {"name": "v1", "served": true, "storage": false,
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+        {"name": "v2", "served": true, "storage": true,
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+    ]}});
+    crds(&env)
+        .patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .expect("add v2");
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        &env.namespace,
+        &ApiResource {
+            group: group.clone(),
+            version: "v2".into(),
+            api_version: format!("{group}/v2"),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        },
+    );
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v2"), "kind": "Widget",
+        "metadata": {"name": "w0"}, "spec": {}
+    }))
+    .expect("widget");
+    wait_until("v2 served", Duration::from_secs(30), || async {
+        widgets
+            .create(&PostParams::default(), &widget)
+            .await
+            .is_ok()
+    })
+    .await;
+
+    let records: Api<Activation> = Api::all(env.client.clone());
+    let first = Activation::name_for(&env.cluster, 1);
+    let condition = || async {
+        records
+            .get(&first)
+            .await
+            .ok()
+            .and_then(|r| r.status)
+            .and_then(|s| {
+                s.conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "CrdUpgradeRefused")
+            })
+            .map(|c| c.message)
+    };
+    wait_until(
+        "the CrdUpgradeRefused condition on the applied record",
+        Duration::from_secs(60),
+        || async { condition().await.is_some() },
+    )
+    .await;
+    let message = condition().await.unwrap_or_default();
+    assert!(
+        message.contains("removes version v2") && message.contains("status.storedVersions"),
+        "{message}"
+    );
+    let live = crds(&env).get(&name).await.expect("crd");
+    assert_eq!(
+        live.data["spec"]["versions"][1]["name"], "v2",
+        "the CRD is left as it is"
+    );
+
+    // The rest is still kept applied.
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(env.client.clone(), &env.namespace);
+    let tamper = json!({"data": {"value": "tampered"}});
+    cms.patch(
+        "settings",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&tamper),
+    )
+    .await
+    .expect("tamper");
+    wait_until(
+        "the edited ConfigMap restored while the CRD is held",
+        Duration::from_secs(30),
+        || async { cm_value(&cms, "settings").await.as_deref() == Some("hello") },
+    )
+    .await;
+
+    // Quiet: the record is not rewritten while nothing changes, and the
+    // refusal was published once.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let version = records
+        .get(&first)
+        .await
+        .expect("record")
+        .metadata
+        .resource_version;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        records
+            .get(&first)
+            .await
+            .expect("record")
+            .metadata
+            .resource_version,
+        version,
+        "the held CRD rewrote the record"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.client.clone(), "default");
+    let published: Vec<_> = events
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("CrdUpgradeRefused")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(first.as_str())
+        })
+        .collect();
+    assert_eq!(published.len(), 1, "{published:?}");
+    assert!(
+        published[0].series.is_none(),
+        "published more than once: {:?}",
+        published[0].series
+    );
+    let _ = widgets.delete("w0", &Default::default()).await;
+    let _ = crds(&env).delete(&name, &Default::default()).await;
+}

@@ -30,6 +30,7 @@ impl Operator {
         log_dir: &Path,
         extra: &[&str],
     ) -> Operator {
+        ensure_crds();
         let metrics = free_port();
         let log = log_dir.join(format!("operator-{metrics}.log"));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kix-operator"));
@@ -91,6 +92,35 @@ impl Drop for Operator {
         }
         self.kill();
     }
+}
+
+/// kix's CRDs, installed as `kix deploy` installs them (once per test
+/// binary): the operator and the `--operator` commands need them, and a
+/// fresh control plane has none. Run on a thread of its own, since the
+/// tests call `Operator::start` from inside their runtime.
+fn ensure_crds() {
+    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        std::thread::spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                let client = kix_testkit::client().await.expect("client");
+                let state = kix_engine::records::crds_status(&client)
+                    .await
+                    .expect("reading kix's CRDs");
+                if state != kix_engine::records::CrdState::Current {
+                    kix_engine::records::install_crds(&client)
+                        .await
+                        .expect("installing kix's CRDs");
+                }
+            });
+        })
+        .join()
+        .expect("installing kix's CRDs");
+    });
 }
 
 pub fn free_port() -> u16 {
