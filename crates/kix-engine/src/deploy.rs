@@ -1195,6 +1195,10 @@ async fn apply_one(
     if p.action == Action::Replace {
         delete_for_replace(&api, &d.key.name, options.timeout).await?;
     }
+    // Planned while it was being deleted: created once it is gone.
+    if p.action == Action::Create && p.deletion.is_some() {
+        wait_gone(&api, &d.key.name, options.timeout).await?;
+    }
     // A conflict reaches the apply only when the user forced it.
     let force = options.force_conflicts || p.action == Action::Conflict;
     let takeover = ownership::takeover(p, force, options.yield_to_kix_clusters);
@@ -1251,6 +1255,15 @@ async fn delete_for_replace(
         Ok(_) | Err(kube::Error::Api(_)) => {}
         Err(e) => return Err(crate::error::api_message(&e)),
     }
+    wait_gone(api, name, timeout).await
+}
+
+/// Waits (a watch) until the object `name` is gone, up to `timeout`.
+async fn wait_gone(
+    api: &kube::Api<kube::api::DynamicObject>,
+    name: &str,
+    timeout: Duration,
+) -> std::result::Result<(), String> {
     let gone = kube::runtime::wait::await_condition(
         api.clone(),
         name,

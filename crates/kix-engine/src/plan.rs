@@ -268,6 +268,8 @@ pub const NOTE_PRUNE_DISABLED: &str = "annotated kix.run/prune: disabled";
 /// whichever manager changed them (server-side apply force): undoing
 /// out-of-band edits is what reconcile is for.
 pub const NOTE_DRIFTED: &str = "drifted from the build";
+/// A desired object still being deleted: the deploy waits, then creates it.
+pub const NOTE_RECREATED: &str = "created again once it is gone";
 
 impl PlannedObject {
     /// `--reconcile` found the live object drifted from its unchanged build.
@@ -543,8 +545,24 @@ async fn unlabelled_named(
 /// The first guess at a desired object's action, from the LISTs alone:
 /// create, adopt, update or unchanged (digest, drift, legacy manager).
 fn classify(d: &Desired, observed: &Observed, ctx: &Ctx, options: &PlanOptions) -> PlannedObject {
+    let deletion = observed
+        .live
+        .get(&d.key)
+        .or_else(|| observed.unlabelled.get(&d.key))
+        .and_then(|l| l.deletion.clone());
     let (action, mut activations, note, legacy) =
         match observed.live.get(&d.key).filter(|l| l.owned) {
+            // Still there, but going (a prune just before, a namespace
+            // terminating): nothing can be applied to it; the deploy
+            // waits for it to be gone and creates it.
+            _ if deletion.is_some() => (
+                Action::Create,
+                BTreeSet::new(),
+                deletion
+                    .as_ref()
+                    .map(|del| format!("{}: {NOTE_RECREATED}", del.describe())),
+                Legacy::None,
+            ),
             Some(l) => {
                 let (action, note, legacy) = compare_owned(d, l, observed, ctx, options);
                 (action, l.activations.clone(), note, legacy)
@@ -573,7 +591,7 @@ fn classify(d: &Desired, observed: &Observed, ctx: &Ctx, options: &PlanOptions) 
         warnings: vec![],
         contenders: vec![],
         takes_with_it: None,
-        deletion: None,
+        deletion,
         activations,
         legacy,
     }
@@ -637,8 +655,11 @@ async fn dry_run_all(
         .iter()
         .filter(|d| {
             d.is_namespace()
-                && !observed.live.contains_key(&d.key)
-                && !observed.unlabelled.contains_key(&d.key)
+                && observed
+                    .live
+                    .get(&d.key)
+                    .or_else(|| observed.unlabelled.get(&d.key))
+                    .is_none_or(|l| l.deletion.is_some())
         })
         .map(|d| d.key.name.clone())
         .collect();
@@ -836,7 +857,8 @@ async fn dry_run(
     full_live: Option<&Value>,
     listed_version: Option<&str>,
 ) -> Result<PlannedObject> {
-    if planned.action == Action::Unchanged {
+    // Unchanged, or created only once its deletion is done (its note says so).
+    if planned.action == Action::Unchanged || planned.deletion.is_some() {
         return Ok(planned);
     }
     if let Some(note) = not_dry_run(&planned, d, creating_namespaces) {

@@ -12,6 +12,7 @@ use common::*;
 use kix_api::Phase;
 use kix_engine::EngineError;
 use kix_engine::budget::DeletionConsent;
+use kix_engine::deploy::DeployOptions;
 use kix_engine::plan::{Action, PlanOptions};
 use kix_testkit::audit;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -508,5 +509,85 @@ async fn a_pvc_in_use_is_deleting_behind_pvc_protection_until_its_pod_is_gone() 
     let pvs: Api<DynamicObject> =
         Api::all_with(kit.env.client.clone(), &resource("v1", "PersistentVolume"));
     let _ = pvs.delete(&pv_name, &Default::default()).await;
+    kit.cleanup().await;
+}
+
+/// A build deployed again while the Namespace its previous prune deleted is
+/// still terminating (a rollback right after a prune): nothing can be
+/// written into that namespace until it is gone. The plan says so (the
+/// Namespace and its objects are created again once it is gone); the
+/// deploy waits for it, then creates them, and ends Active.
+#[tokio::test]
+async fn a_build_deployed_while_its_namespace_terminates_waits_and_creates_it_again() {
+    let mut kit = Kit::new("ns-again").await;
+    let extra = kit.extra_ns("x");
+    let with = kit.simple(&[
+        namespace(&extra),
+        configmap_in(&extra, "inside", &[("v", "1")]),
+        configmap("outside", &[("v", "1")]),
+    ]);
+    kit.deploy(&with).await;
+    let inside: Api<DynamicObject> =
+        Api::namespaced_with(kit.env.client.clone(), &extra, &resource("v1", "ConfigMap"));
+    let patch = json!({"metadata": {"finalizers": [HOLD]}});
+    inside
+        .patch("inside", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("add finalizer");
+    let without = kit.simple(&[configmap("outside", &[("v", "1")])]);
+    let accepted = DeployOptions {
+        accept_migrations: true,
+        ..kit.options()
+    };
+    kit.deploy_opts(&without, &accepted).await;
+    let namespaces: Api<DynamicObject> =
+        Api::all_with(kit.env.client.clone(), &resource("v1", "Namespace"));
+    let terminating = namespaces
+        .get(&extra)
+        .await
+        .expect("namespace")
+        .metadata
+        .deletion_timestamp;
+    assert!(terminating.is_some(), "the pruned namespace terminates");
+
+    let plan = kit.plan(&with, &prune()).await;
+    let again: Vec<_> = plan
+        .objects()
+        .filter(|o| o.key.name == extra || o.key.name == "inside")
+        .collect();
+    assert_eq!(again.len(), 2);
+    for o in &again {
+        assert_eq!(o.action, Action::Create, "{o:?}");
+        assert!(
+            o.note.as_deref().is_some_and(
+                |n| n.contains("being deleted") && n.contains("created again once it is gone")
+            ),
+            "{o:?}"
+        );
+    }
+
+    let client = kit.env.client.clone();
+    let options = kit.options();
+    let built = with.clone();
+    let deploy = tokio::spawn(async move {
+        let plan = try_plan(&client, &built, &prune()).await?;
+        kix_engine::deploy::deploy(&client, &built.build, plan, &options).await
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!deploy.is_finished(), "the deploy waits for the namespace");
+    let patch = json!({"metadata": {"finalizers": null}});
+    inside
+        .patch("inside", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("remove finalizer");
+    let outcome = tokio::time::timeout(Duration::from_secs(90), deploy)
+        .await
+        .expect("the deploy ended within 90 s")
+        .expect("join")
+        .expect("deploy");
+    assert_eq!(outcome.phase, Phase::Active, "{outcome:?}");
+    let ns = namespaces.get(&extra).await.expect("namespace again");
+    assert!(ns.metadata.deletion_timestamp.is_none());
+    assert!(inside.get_opt("inside").await.expect("get").is_some());
     kit.cleanup().await;
 }
