@@ -192,6 +192,13 @@ pub async fn analyse(
         plural: "customresourcedefinitions".into(),
     };
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &crds);
+    // Looked up by key: a scan of the desired objects per changed object
+    // was 25 million key comparisons for 500 changes among 50,000.
+    let desired_crds: BTreeMap<&ObjectKey, &Desired> = desired
+        .iter()
+        .filter(|d| d.is_crd())
+        .map(|d| (&d.key, d))
+        .collect();
     let mut out = Vec::new();
     for o in planned {
         if !matches!(
@@ -200,7 +207,7 @@ pub async fn analyse(
         ) {
             continue;
         }
-        let Some(d) = desired.iter().find(|d| d.key == o.key && d.is_crd()) else {
+        let Some(d) = desired_crds.get(&o.key) else {
             continue;
         };
         let live = api
