@@ -22,28 +22,12 @@ fn crd(name: &str, group: &str, versions: &[(&str, bool, bool, &str)]) -> String
                         "replicas": {"type": replicas}}}}}}})
         })
         .collect();
-    let crd = json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": name},
-        "spec": {"group": group, "scope": "Namespaced",
-            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget",
-                "listKind": "WidgetList"},
-            "versions": versions}
-    });
+    let crd = kix_testkit::widget_crd(name, group, &versions);
     format!("---\n{crd}\n")
 }
 
 fn crds(kix: &Kix) -> Api<DynamicObject> {
-    Api::all_with(
-        kix.env.client.clone(),
-        &ApiResource {
-            group: "apiextensions.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "apiextensions.k8s.io/v1".into(),
-            kind: "CustomResourceDefinition".into(),
-            plural: "customresourcedefinitions".into(),
-        },
-    )
+    kix_testkit::crd_api(&kix.env.client)
 }
 
 #[tokio::test]

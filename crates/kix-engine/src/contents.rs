@@ -40,10 +40,22 @@ pub async fn count(client: &Client, prune: &mut [PlannedObject]) -> Result<()> {
     Ok(())
 }
 
+/// Full discovery. An API group removed while it walks the groups (a CRD
+/// deleted meanwhile) fails the whole walk with a 404: walked again.
+pub(crate) async fn discover_all(client: &Client) -> kube::Result<Discovery> {
+    let mut attempt = 1;
+    loop {
+        match Discovery::new(client.clone()).run().await {
+            Err(kube::Error::Api(status)) if status.code == 404 && attempt < 3 => attempt += 1,
+            other => return other,
+        }
+    }
+}
+
 /// The namespaced kinds that can be listed, but Events (they go with the
 /// namespace, and nobody misses them).
 async fn namespaced_kinds(client: &Client) -> Result<Vec<ApiResource>> {
-    let discovery = Discovery::new(client.clone()).run().await?;
+    let discovery = discover_all(client).await?;
     Ok(discovery
         .groups()
         .flat_map(|group| group.recommended_resources())

@@ -408,8 +408,7 @@ async fn resolve(
 
 /// The preferred resource of `kind` in any API group (full discovery).
 async fn discover_kind(client: &Client, kind: &str) -> Result<Option<(ApiResource, bool)>, String> {
-    let discovery = kube::discovery::Discovery::new(client.clone())
-        .run()
+    let discovery = crate::contents::discover_all(client)
         .await
         .map_err(|e| format!("discovering the kind {kind}: {e}"))?;
     for group in discovery.groups() {

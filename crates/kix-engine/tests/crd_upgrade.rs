@@ -34,14 +34,7 @@ fn crd(name: &str, group: &str, versions: &[(&str, bool, bool, Value)]) -> Strin
                     "spec": {"type": "object", "properties": props}}}}})
         })
         .collect();
-    yaml(&json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": name},
-        "spec": {"group": group, "scope": "Namespaced",
-            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget",
-                "listKind": "WidgetList"},
-            "versions": versions}
-    }))
+    yaml(&kix_testkit::widget_crd(name, group, &versions))
 }
 
 fn widgets(kit: &Kit, group: &str, version: &str) -> Api<DynamicObject> {

@@ -25,28 +25,34 @@ fn crd(name: &str, group: &str, versions: &[(&str, bool, bool)]) -> String {
                     "x-kubernetes-preserve-unknown-fields": true}}})
         })
         .collect();
-    let crd = json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": name},
-        "spec": {"group": group, "scope": "Namespaced",
-            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget",
-                "listKind": "WidgetList"},
-            "versions": versions}
-    });
+    let crd = kix_testkit::widget_crd(name, group, &versions);
     format!("---\n{crd}\n")
 }
 
 fn crds(env: &TestEnv) -> Api<DynamicObject> {
-    Api::all_with(
+    kix_testkit::crd_api(&env.client)
+}
+
+/// The Widgets of the test's namespace through `version`, and a Widget
+/// `w0` to create through it.
+fn widget_w0(env: &TestEnv, group: &str, version: &str) -> (Api<DynamicObject>, DynamicObject) {
+    let api = Api::namespaced_with(
         env.client.clone(),
+        &env.namespace,
         &ApiResource {
-            group: "apiextensions.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "apiextensions.k8s.io/v1".into(),
-            kind: "CustomResourceDefinition".into(),
-            plural: "customresourcedefinitions".into(),
+            group: group.to_string(),
+            version: version.into(),
+            api_version: format!("{group}/{version}"),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
         },
-    )
+    );
+    let widget = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/{version}"), "kind": "Widget",
+        "metadata": {"name": "w0"}, "spec": {}
+    }))
+    .expect("widget");
+    (api, widget)
 }
 
 async fn record(env: &TestEnv, n: u64) -> Option<Activation> {
@@ -125,22 +131,7 @@ async fn the_operator_needs_consent_for_a_stored_version_and_refuses_its_removal
     let v1 = tree_of(&[("v1alpha1", true, true), ("v1", true, false)]);
     let out = deploy_operator(&env.cluster, &v1);
     assert!(out.status.success(), "{}", text(&out));
-    let widgets: Api<DynamicObject> = Api::namespaced_with(
-        env.client.clone(),
-        &env.namespace,
-        &ApiResource {
-            group: group.clone(),
-            version: "v1alpha1".into(),
-            api_version: format!("{group}/v1alpha1"),
-            kind: "Widget".into(),
-            plural: "widgets".into(),
-        },
-    );
-    let widget: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{group}/v1alpha1"), "kind": "Widget",
-        "metadata": {"name": "w0"}, "spec": {}
-    }))
-    .expect("widget");
+    let (widgets, widget) = widget_w0(&env, &group, "v1alpha1");
     widgets
         .create(&PostParams::default(), &widget)
         .await
@@ -247,22 +238,7 @@ async fn an_applied_record_leaves_a_crd_it_cannot_apply_and_keeps_the_rest() {
         )
         .await
         .expect("add v2");
-    let widgets: Api<DynamicObject> = Api::namespaced_with(
-        env.client.clone(),
-        &env.namespace,
-        &ApiResource {
-            group: group.clone(),
-            version: "v2".into(),
-            api_version: format!("{group}/v2"),
-            kind: "Widget".into(),
-            plural: "widgets".into(),
-        },
-    );
-    let widget: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{group}/v2"), "kind": "Widget",
-        "metadata": {"name": "w0"}, "spec": {}
-    }))
-    .expect("widget");
+    let (widgets, widget) = widget_w0(&env, &group, "v2");
     wait_until("v2 served", Duration::from_secs(30), || async {
         widgets
             .create(&PostParams::default(), &widget)

@@ -287,3 +287,31 @@ pub fn kubeconfig_for_user(user: &str, dir: &Path) -> Result<PathBuf> {
     std::fs::write(&path, config)?;
     Ok(path)
 }
+
+/// A namespaced CustomResourceDefinition `name` of kind Widget in `group`
+/// with these `versions` (each `{name, served, storage, schema}`): the CRD
+/// the CRD-upgrade tests change version by version.
+pub fn widget_crd(name: &str, group: &str, versions: &[serde_json::Value]) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget",
+                "listKind": "WidgetList"},
+            "versions": versions}
+    })
+}
+
+/// The CustomResourceDefinitions, read raw (as kix reads them).
+pub fn crd_api(client: &Client) -> kube::Api<kube::api::DynamicObject> {
+    kube::Api::all_with(
+        client.clone(),
+        &kube::discovery::ApiResource {
+            group: "apiextensions.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "apiextensions.k8s.io/v1".into(),
+            kind: "CustomResourceDefinition".into(),
+            plural: "customresourcedefinitions".into(),
+        },
+    )
+}
