@@ -105,6 +105,9 @@ pub struct Context {
     pub kinds: Mutex<BTreeSet<String>>,
     /// Objects another manager keeps changing back, and their backoff.
     pub fights: Mutex<crate::fights::Fights>,
+    /// Record → the CRD refusal last published for it as an Event: the
+    /// cached record can lag behind the condition written for it.
+    pub crd_refusals: Mutex<BTreeMap<String, String>>,
     /// Starts a reconcile of a record (the applied one, when a new build
     /// failed and it is current again).
     pub trigger:

@@ -49,7 +49,8 @@ pub const CONDITION_CRD_UPGRADE_REFUSED: &str = "CrdUpgradeRefused";
 /// For an applied record's upkeep: the build's CRDs that the apiserver would
 /// refuse (a stored version removed) are left as they are this round, so the
 /// rest is still kept applied; returns the condition's message (None: no
-/// such CRD). The record gets the condition and one Event when it is new.
+/// such CRD). The record gets the condition, and one Event per refusal and
+/// operator process.
 pub async fn hold_refused_crds(
     ctx: &Context,
     record: &Activation,
@@ -60,7 +61,11 @@ pub async fn hold_refused_crds(
         .iter()
         .filter(|u| u.refusal().is_some())
         .collect();
+    let name = record.name_any();
     if refused.is_empty() {
+        if let Ok(mut published) = ctx.crd_refusals.lock() {
+            published.remove(&name);
+        }
         return None;
     }
     let keys = refused.iter().map(|u| u.key.clone()).collect();
@@ -70,12 +75,14 @@ pub async fn hold_refused_crds(
         "left as they are, the rest is kept applied: {}",
         kix_engine::deploy::joined(&reasons)
     );
-    let known = record.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == CONDITION_CRD_UPGRADE_REFUSED && c.message == message)
-    });
-    if !known {
+    // Once per refusal: remembered here, since the cached record may not
+    // show the condition yet when the next reconcile comes.
+    let new = ctx
+        .crd_refusals
+        .lock()
+        .map(|mut published| published.insert(name, message.clone()) != Some(message.clone()))
+        .unwrap_or(true);
+    if new {
         tracing::warn!("{message}");
         event(
             ctx,

@@ -209,6 +209,7 @@ async fn main() -> anyhow::Result<()> {
             current: Default::default(),
             kinds: Default::default(),
             fights: Default::default(),
+            crd_refusals: Default::default(),
             trigger: trigger_tx.clone(),
         });
         let watches = tokio::spawn(triggers::run(ctx.clone(), trigger_tx));
