@@ -500,7 +500,13 @@ async fn gc_through_the_operator_refuses_a_mass_deletion_before_deleting_a_recor
     let activation_deletes = audit::since(mark)
         .expect("audit log")
         .into_iter()
-        .filter(|r| r.verb == "delete" && r.resource == "activations")
+        .filter(|r| {
+            r.verb == "delete"
+                && r.resource == "activations"
+                && r.name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with(&format!("{}-", kix.cluster())))
+        })
         .count();
     assert_eq!(activation_deletes, 0, "a record was deleted");
     assert_eq!(kix.records().await.len(), 2, "no record retired");

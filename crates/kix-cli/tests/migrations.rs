@@ -151,7 +151,7 @@ impl T {
                 r.namespace.as_deref() == Some(self.ns())
                     || r.name
                         .as_deref()
-                        .is_some_and(|n| n.starts_with(self.cluster()))
+                        .is_some_and(|n| n.starts_with(&format!("{}-", self.cluster())))
             })
             .map(|r| format!("{} {} {:?}", r.verb, r.resource, r.name))
             .collect()
