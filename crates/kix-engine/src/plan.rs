@@ -424,12 +424,14 @@ struct Observed {
 }
 
 impl Observed {
+    /// The listed object of `key`, labelled or not.
+    fn any(&self, key: &ObjectKey) -> Option<&Live> {
+        self.live.get(key).or_else(|| self.unlabelled.get(key))
+    }
+
     /// The live object an object's dry-run diff is read at least as new as.
     fn listed_version(&self, key: &ObjectKey) -> Option<&str> {
-        self.live
-            .get(key)
-            .or_else(|| self.unlabelled.get(key))
-            .and_then(|l| l.resource_version.as_deref())
+        self.any(key).and_then(|l| l.resource_version.as_deref())
     }
 }
 
@@ -545,11 +547,7 @@ async fn unlabelled_named(
 /// The first guess at a desired object's action, from the LISTs alone:
 /// create, adopt, update or unchanged (digest, drift, legacy manager).
 fn classify(d: &Desired, observed: &Observed, ctx: &Ctx, options: &PlanOptions) -> PlannedObject {
-    let deletion = observed
-        .live
-        .get(&d.key)
-        .or_else(|| observed.unlabelled.get(&d.key))
-        .and_then(|l| l.deletion.clone());
+    let deletion = observed.any(&d.key).and_then(|l| l.deletion.clone());
     let (action, mut activations, note, legacy) =
         match observed.live.get(&d.key).filter(|l| l.owned) {
             // Still there, but going (a prune just before, a namespace
@@ -653,14 +651,7 @@ async fn dry_run_all(
 ) -> Result<Vec<PlannedObject>> {
     let creating_namespaces: BTreeSet<String> = desired
         .iter()
-        .filter(|d| {
-            d.is_namespace()
-                && observed
-                    .live
-                    .get(&d.key)
-                    .or_else(|| observed.unlabelled.get(&d.key))
-                    .is_none_or(|l| l.deletion.is_some())
-        })
+        .filter(|d| d.is_namespace() && observed.any(&d.key).is_none_or(|l| l.deletion.is_some()))
         .map(|d| d.key.name.clone())
         .collect();
     // The futures are built in a loop, not by a closure over borrowed items:

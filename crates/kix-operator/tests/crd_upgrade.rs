@@ -200,8 +200,8 @@ async fn the_operator_needs_consent_for_a_stored_version_and_refuses_its_removal
 /// The live CRD of an applied record gains a version that objects are then
 /// stored in (someone edited it): the build would remove a stored version,
 /// which the apiserver refuses. The operator leaves that CRD as it is, keeps
-/// the rest applied, and says so once: a condition and one Event, and no
-/// status write while nothing else changes.
+/// the rest applied, and says so: a condition and an Event, neither written
+/// nor published again while nothing changes.
 #[tokio::test]
 async fn an_applied_record_leaves_a_crd_it_cannot_apply_and_keeps_the_rest() {
     let env = TestEnv::new("op-crd-hold").await.expect("env");
