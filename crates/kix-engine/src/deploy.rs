@@ -130,6 +130,12 @@ pub struct DeployOptions {
     /// the re-plan made under the Lease right before acting must have it;
     /// otherwise nothing changes ([`crate::seal::Moved`]).
     pub exact_digest: Option<String>,
+    /// The record is applied already and this run corrects drift (the
+    /// operator's upkeep of an Active or Degraded record): its phase stays
+    /// as it is until the run ends, so it never reads Applying. A process
+    /// dying midway leaves it applied, not a stale Applying record that the
+    /// next deploy would mark Failed.
+    pub upkeep: bool,
 }
 
 impl Default for DeployOptions {
@@ -160,6 +166,7 @@ impl Default for DeployOptions {
             record: None,
             replan: false,
             exact_digest: None,
+            upkeep: false,
         }
     }
 }
@@ -635,9 +642,11 @@ async fn start_record(
         warn!("could not add a Nix GC root for {path}: {err}");
     }
     let mut status = record.status.clone().unwrap_or_default();
-    status.phase = Some(Phase::Applying);
-    // A reason it had to wait (the operator's) no longer holds.
-    status.message = None;
+    if !options.upkeep {
+        status.phase = Some(Phase::Applying);
+        // A reason it had to wait (the operator's) no longer holds.
+        status.message = None;
+    }
     status.kinds = plan.kinds.clone();
     status.objects = Some(build.object_count() as u32);
     status.progress = Some(Progress {

@@ -379,6 +379,7 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
             OnError::Continue
         },
         exact_digest: exact,
+        upkeep: !fresh,
         record: Some(name.clone()),
         holder: ctx.holder.clone(),
         lease: kix_engine::lease::LeaseOptions {

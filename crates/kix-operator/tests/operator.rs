@@ -39,6 +39,12 @@ async fn deploy_through_the_operator_then_drift_is_corrected() {
     );
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
     assert_eq!(cm_value(&cms, "settings").await.as_deref(), Some("hello"));
+    let records: Api<Activation> = Api::all(env.client.clone());
+    let name = format!("{}-1", env.cluster);
+    // Every phase the applied record is written with from now on: upkeep
+    // keeps it Active (never Applying, which a later deploy would take for
+    // a dead apply).
+    let phases = PhaseLog::follow(&records, &name).await;
 
     // Edited by someone else: restored.
     let patch = serde_json::json!({"data": {"value": "tampered"}});
@@ -65,8 +71,6 @@ async fn deploy_through_the_operator_then_drift_is_corrected() {
     .await;
     eprintln!("re-creating a deleted object took {took:?}");
 
-    let records: Api<Activation> = Api::all(env.client.clone());
-    let name = format!("{}-1", env.cluster);
     // The record counts both corrections (written right after each one).
     wait_until(
         "drift counted on the record",
@@ -80,6 +84,12 @@ async fn deploy_through_the_operator_then_drift_is_corrected() {
         },
     )
     .await;
+    let seen = phases.stop();
+    assert!(!seen.is_empty(), "no write of {name} was seen");
+    assert!(
+        seen.iter().all(|p| *p == Some(Phase::Active)),
+        "{name} left Active while its drift was corrected: {seen:?}"
+    );
 }
 
 #[tokio::test]

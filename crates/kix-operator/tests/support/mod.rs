@@ -270,3 +270,46 @@ pub fn kix_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     }
     cmd.output().expect("run kix")
 }
+
+/// Every phase one Activation record is written with, from the moment
+/// [`PhaseLog::follow`] is called: a watch from the record's current
+/// resourceVersion, so no write in between is missed however short.
+pub struct PhaseLog {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Option<kix_api::Phase>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PhaseLog {
+    pub async fn follow(records: &Api<kix_api::Activation>, name: &str) -> PhaseLog {
+        use futures::StreamExt;
+        let version = records
+            .get(name)
+            .await
+            .expect("the record to follow")
+            .metadata
+            .resource_version
+            .expect("resourceVersion");
+        let params = kube::api::WatchParams::default().fields(&format!("metadata.name={name}"));
+        let mut stream = records
+            .watch(&params, &version)
+            .await
+            .expect("watch the record")
+            .boxed();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Some(event) = stream.next().await {
+                if let Ok(kube::api::WatchEvent::Modified(record)) = event {
+                    log.lock().expect("log").push(record.phase());
+                }
+            }
+        });
+        PhaseLog { seen, task }
+    }
+
+    /// The phases seen, in order.
+    pub fn stop(self) -> Vec<Option<kix_api::Phase>> {
+        self.task.abort();
+        self.seen.lock().expect("log").clone()
+    }
+}
