@@ -417,11 +417,18 @@ async fn resealed(
         return Ok(plan);
     }
     let confirmed = crate::seal::Destructive::of(&plan).accepted();
+    let saved_actions = options
+        .exact_digest
+        .as_ref()
+        .map(|_| crate::seal::Moved::actions_of(&plan));
     let mut plan_options = plan.options.clone();
     plan_options.activation = options.record.clone();
-    let replanned = crate::plan::plan(client, build, &plan.store_path, &plan_options).await?;
-    if let Some(saved) = &options.exact_digest {
-        crate::seal::Moved::check(saved, &plan, &replanned)?;
+    let store_path = plan.store_path.clone();
+    // Two whole plans side by side were a rollback's peak memory.
+    drop(plan);
+    let replanned = crate::plan::plan(client, build, &store_path, &plan_options).await?;
+    if let (Some(saved), Some(actions)) = (&options.exact_digest, &saved_actions) {
+        crate::seal::Moved::check(saved, actions, &replanned)?;
     }
     crate::seal::check(&confirmed, &crate::seal::Destructive::of(&replanned))?;
     check_plan(&replanned, build, options)?;
@@ -1015,7 +1022,8 @@ enum Ranks {
     Done { ok: bool, unready: Vec<WaitTarget> },
 }
 
-/// Applies a group's writes rank by rank, bounded parallel inside a rank.
+/// Applies a group's writes rank by rank, bounded parallel inside a rank,
+/// a [`crate::order::chunks`] chunk at a time.
 async fn apply_ranks(
     client: &Client,
     group: &Group,
@@ -1026,9 +1034,9 @@ async fn apply_ranks(
 ) -> Ranks {
     let mut ok = true;
     let mut unready = Vec::new();
-    for batch in crate::order::apply_batches(writes, |(d, _)| d.rank) {
-        let mut applies = Vec::with_capacity(batch.len());
-        for (d, p) in batch {
+    for chunk in crate::order::chunks(crate::order::apply_batches(writes, |(d, _)| d.rank)) {
+        let mut applies = Vec::with_capacity(chunk.len());
+        for (d, p) in chunk {
             applies.push(apply_tagged(client, d, p, options, permits));
         }
         let results: Vec<_> = stream::iter(applies)

@@ -69,7 +69,7 @@ pub async fn desired_objects(build: &Build, resources: &mut Resources) -> Result
                 source_file: object.source.display().to_string(),
             })?;
         let mut key = scoped_key(&object.key, resource.namespaced);
-        let mut manifest = object.manifest.clone();
+        let mut manifest = object.manifest();
         if resource.namespaced {
             let ns = key
                 .namespace

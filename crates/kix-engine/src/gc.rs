@@ -550,7 +550,7 @@ pub async fn plan(
             .find_map(|(name, desired)| desired.get(&l.key).map(|d| (name, d)));
         let mut object = GcObject {
             object: ObjectRef::new(
-                l.api_version.clone(),
+                l.api_version().to_string(),
                 l.key.kind.clone(),
                 l.key.namespace.clone(),
                 l.key.name.clone(),
@@ -560,7 +560,7 @@ pub async fn plan(
             after: vec![],
             destructive: false,
             note: None,
-            resource: l.resource.clone(),
+            resource: (*l.resource).clone(),
             desired: None,
         };
         match holder {

@@ -773,7 +773,7 @@ fn dropped(l: &Live, ctx: &Ctx) -> PlannedObject {
     };
     PlannedObject {
         key: l.key.clone(),
-        api_version: l.api_version.clone(),
+        api_version: l.api_version().to_string(),
         package: String::new(),
         action,
         changes: vec![],

@@ -69,9 +69,9 @@ pub(crate) async fn prune(
         resolved.push((o, api));
     }
     let batches = crate::order::prune_batches(resolved, |(o, _)| &o.key);
-    for batch in batches {
-        let mut deletions = Vec::with_capacity(batch.len());
-        for (o, api) in batch {
+    for chunk in crate::order::chunks(batches) {
+        let mut deletions = Vec::with_capacity(chunk.len());
+        for (o, api) in chunk {
             deletions.push(prune_one(o, api, propagation.clone(), &plan.cluster));
         }
         let results: Vec<(&PlannedObject, std::result::Result<Pruned, String>)> =

@@ -53,7 +53,8 @@ impl Resources {
             if object.key.kind != "CustomResourceDefinition" {
                 continue;
             }
-            let spec = &object.manifest["spec"];
+            let manifest = object.manifest();
+            let spec = &manifest["spec"];
             let group = spec["group"].as_str().unwrap_or_default();
             let kind = spec["names"]["kind"].as_str().unwrap_or_default();
             let plural = spec["names"]["plural"].as_str().unwrap_or_default();

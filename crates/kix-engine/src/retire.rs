@@ -95,14 +95,14 @@ pub async fn release_objects(
     let mut report = RetireReport::default();
     for l in mine {
         let reference = ObjectRef::new(
-            l.api_version.clone(),
+            l.api_version().to_string(),
             l.key.kind.clone(),
             l.key.namespace.clone(),
             l.key.name.clone(),
         );
         let api: Api<DynamicObject> = match &l.key.namespace {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &l.resource),
-            None => Api::all_with(client.clone(), &l.resource),
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &*l.resource),
+            None => Api::all_with(client.clone(), &*l.resource),
         };
         let others: BTreeSet<String> = l
             .activations

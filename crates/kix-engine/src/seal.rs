@@ -303,17 +303,23 @@ pub struct Moved {
 }
 
 impl Moved {
+    /// What [`Moved::check`] compares a re-plan with: the actions of the
+    /// plan made from the saved one (kept instead of that whole plan).
+    pub fn actions_of(confirmed: &Plan) -> BTreeSet<String> {
+        action_lines(&serde_json::to_value(confirmed).unwrap_or(Value::Null))
+    }
+
     /// `Err` when `now` (a re-plan) does not have the digest `saved`;
-    /// `confirmed` is the plan made from the saved one, to say what moved.
-    pub fn check(saved: &str, confirmed: &Plan, now: &Plan) -> Result<(), Moved> {
+    /// `confirmed` are the [`Moved::actions_of`] the plan made from the
+    /// saved one, to say what moved.
+    pub fn check(saved: &str, confirmed: &BTreeSet<String>, now: &Plan) -> Result<(), Moved> {
         if now.digest == saved {
             return Ok(());
         }
-        let before = action_lines(&serde_json::to_value(confirmed).unwrap_or(Value::Null));
         Err(Moved {
             saved: saved.to_string(),
             now: now.digest.clone(),
-            changes: moved_lines(&before, now),
+            changes: moved_lines(confirmed, now),
         })
     }
 }

@@ -214,8 +214,11 @@ pub struct Object {
     pub api_version: String,
     /// The manifest as read (JSON key order preserved), with
     /// `metadata.namespace` filled in from the package's namespace where the
-    /// reader defaulted it.
-    pub manifest: Value,
+    /// reader defaulted it. Kept as compact JSON text ([`Object::manifest`]
+    /// reads it): a tree of ordered maps is several times its text, and a
+    /// build of 50,000 objects is held for the whole deploy.
+    #[serde(serialize_with = "as_json")]
+    manifest: Box<str>,
     /// The file it came from, relative to the tree root
     /// (`packages/web/resources/deploy.yaml`).
     pub source: PathBuf,
@@ -228,10 +231,47 @@ pub struct Object {
 }
 
 impl Object {
+    pub fn new(
+        key: ObjectKey,
+        manifest: &Value,
+        source: PathBuf,
+        document: usize,
+        package: String,
+    ) -> Object {
+        let api_version = manifest
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        Object {
+            key,
+            api_version,
+            manifest: manifest.to_string().into_boxed_str(),
+            source,
+            document,
+            package,
+        }
+    }
+
+    /// The manifest (see the field).
+    pub fn manifest(&self) -> Value {
+        json_of(&self.manifest)
+    }
+
     /// [`canonical_digest`] of the manifest.
     pub fn digest(&self) -> String {
-        canonical_digest(&self.manifest)
+        canonical_digest(&self.manifest())
     }
+}
+
+/// A manifest's compact text read back. It was written from a `Value`, so
+/// it reads.
+fn json_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+fn as_json<S: serde::Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    json_of(text).serialize(serializer)
 }
 
 /// SHA-256 (lower-case hex) of the canonical JSON of `value`: object keys

@@ -807,19 +807,13 @@ impl Reader<'_> {
         if !json_len_at_most(&manifest, self.options.max_object_bytes) {
             return Err(MakeError::TooLarge(key));
         }
-        let api_version = manifest
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        Ok(Object {
+        Ok(Object::new(
             key,
-            api_version,
-            manifest,
-            source: file.to_path_buf(),
+            &manifest,
+            file.to_path_buf(),
             document,
-            package: package.to_owned(),
-        })
+            package.to_owned(),
+        ))
     }
 }
 

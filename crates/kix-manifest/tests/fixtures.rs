@@ -58,7 +58,7 @@ fn listing(build: &Build) -> Value {
                     json!({
                         "key": o.key.to_string(),
                         "source": o.source,
-                        "manifest": o.manifest,
+                        "manifest": o.manifest(),
                     })
                 })
                 .collect();

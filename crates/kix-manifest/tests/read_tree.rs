@@ -80,7 +80,7 @@ fn reads_a_small_build() {
     assert_eq!(object.api_version, "v1");
     assert_eq!(object.source, Path::new("packages/app/resources/cms.yaml"));
     // The package namespace is filled into the manifest too.
-    assert_eq!(object.manifest["metadata"]["namespace"], "app");
+    assert_eq!(object.manifest()["metadata"]["namespace"], "app");
     assert_eq!(object.digest().len(), 64);
     assert_eq!(build.summary().by_kind["ConfigMap"], 3);
     assert_eq!(build.summary().by_package["app"], 3);
@@ -461,7 +461,7 @@ fn read_one(text: &str) -> Result<Vec<serde_json::Value>, String> {
     store.write("packages/app/resources/app.yaml", text);
     store
         .read()
-        .map(|build| build.objects().map(|o| o.manifest.clone()).collect())
+        .map(|build| build.objects().map(|o| o.manifest()).collect())
         .map_err(|e| e.to_string())
 }
 

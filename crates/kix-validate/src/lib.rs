@@ -102,7 +102,7 @@ impl Validator {
             if object.key.group == "apiextensions.k8s.io"
                 && object.key.kind == "CustomResourceDefinition"
             {
-                validator.add_crd(&object.manifest, &object.key.name, &mut errors);
+                validator.add_crd(&object.manifest(), &object.key.name, &mut errors);
             }
         }
         (validator, errors)

@@ -138,13 +138,14 @@ pub fn validate_build(build: &Build, version: Option<&str>) -> Result<Report, Ca
     let mut unknown: BTreeMap<String, usize> = BTreeMap::new();
     let mut cel: BTreeMap<(String, usize), usize> = BTreeMap::new();
     for object in build.objects() {
-        match validator.validate(&object.manifest) {
+        let manifest = object.manifest();
+        match validator.validate(&manifest) {
             Outcome::Checked(violations) => {
                 for v in violations {
                     let message = v.problem.to_string();
                     findings.push(finding(&mut lines, build, object, v.path, message));
                 }
-                if let Some((crd, rules)) = validator.rules_of(&object.manifest) {
+                if let Some((crd, rules)) = validator.rules_of(&manifest) {
                     *cel.entry((crd.to_owned(), rules)).or_default() += 1;
                 }
             }

@@ -38,7 +38,7 @@ fuzz_target!(|data: &[u8]| {
             for object in build.objects() {
                 // Every object has a key and the namespace default applied.
                 assert!(!object.key.name.is_empty());
-                assert!(object.manifest.is_object());
+                assert!(object.manifest().is_object());
                 let _ = object.digest();
             }
         }
