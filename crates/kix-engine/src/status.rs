@@ -513,8 +513,10 @@ struct Judged {
     verdict: (HealthState, Option<String>),
 }
 
-/// Objects per LIST page: a page of full objects is held at a time.
-const PAGE: u32 = 500;
+/// Objects per LIST page: two pages of full objects are held at a time
+/// (the one judged and the next, fetched meanwhile). 500 took 100 round
+/// trips at 50,000 objects.
+const PAGE: u32 = 2_000;
 
 /// A page of a LIST, its items as JSON (with apiVersion and kind added).
 #[derive(serde::Deserialize)]
@@ -531,46 +533,32 @@ struct PageMeta {
 }
 
 /// One paged LIST per kind, cluster-wide, kix's label selector, full
-/// objects, each handed to `judge` and dropped.
+/// objects, each handed to `judge` and dropped. The next page is fetched
+/// while one is judged.
 async fn list_judged(
     client: &Client,
     kinds: Vec<(ApiResource, bool)>,
     judge: &(dyn Fn(Seen, &Value) -> Option<Judged> + Sync),
 ) -> Result<Vec<Judged>> {
-    let selector = kix_api::labels::managed_selector();
     let lists = stream::iter(kinds.into_iter().map(|(resource, namespaced)| {
         let client = client.clone();
-        let selector = selector.clone();
         async move {
+            let fetch = |token: Option<String>| {
+                let (client, resource) = (client.clone(), resource.clone());
+                tokio::spawn(async move { fetch_page(&client, &resource, token).await })
+            };
             let mut out = Vec::new();
-            let mut token: Option<String> = None;
-            loop {
-                let mut params = ListParams::default().labels(&selector).limit(PAGE);
-                if let Some(t) = &token {
-                    params = params.continue_token(t);
-                }
-                let url = DynamicObject::url_path(&resource, None);
-                let page: Page = match kube::core::Request::new(url)
-                    .list(&params)
-                    .map_err(kube::Error::BuildRequest)
-                {
-                    Ok(request) => match client.request(request).await {
-                        Ok(page) => page,
-                        Err(kube::Error::Api(status)) if status.code == 404 => break,
-                        Err(source) => {
-                            return Err(EngineError::List {
-                                kind: resource.kind.clone(),
-                                source,
-                            });
-                        }
-                    },
-                    Err(source) => {
-                        return Err(EngineError::List {
-                            kind: resource.kind.clone(),
-                            source,
-                        });
-                    }
+            let mut next = Some(fetch(None));
+            while let Some(fetching) = next.take() {
+                let joined = fetching.await;
+                let Some(page) =
+                    joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?
+                else {
+                    break;
                 };
+                if let Some(token) = page.metadata.continue_.filter(|t| !t.is_empty()) {
+                    next = Some(fetch(Some(token)));
+                }
                 for mut value in page.items.unwrap_or_default() {
                     // List items carry no type.
                     if let Some(map) = value.as_object_mut() {
@@ -583,18 +571,41 @@ async fn list_judged(
                     let seen = seen(&value, &resource, namespaced);
                     out.extend(judge(seen, &value));
                 }
-                match page.metadata.continue_ {
-                    Some(t) if !t.is_empty() => token = Some(t),
-                    _ => break,
-                }
             }
-            Ok(out)
+            Ok::<_, EngineError>(out)
         }
     }))
     .buffer_unordered(LIST_CONCURRENCY)
     .try_collect::<Vec<_>>()
     .await?;
     Ok(lists.into_iter().flatten().collect())
+}
+
+/// One page of the LIST of `resource` with kix's label selector, from
+/// `token` on; None when the kind is not served (404).
+async fn fetch_page(
+    client: &Client,
+    resource: &ApiResource,
+    token: Option<String>,
+) -> Result<Option<Page>> {
+    let mut params = ListParams::default()
+        .labels(&kix_api::labels::managed_selector())
+        .limit(PAGE);
+    if let Some(token) = &token {
+        params = params.continue_token(token);
+    }
+    let list_error = |source| EngineError::List {
+        kind: resource.kind.clone(),
+        source,
+    };
+    let request = kube::core::Request::new(DynamicObject::url_path(resource, None))
+        .list(&params)
+        .map_err(|e| list_error(kube::Error::BuildRequest(e)))?;
+    match client.request(request).await {
+        Ok(page) => Ok(Some(page)),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(source) => Err(list_error(source)),
+    }
 }
 
 fn seen(value: &Value, resource: &ApiResource, namespaced: bool) -> Seen {
