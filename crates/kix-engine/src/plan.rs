@@ -18,7 +18,7 @@ use crate::desired::{Desired, desired_objects};
 use crate::diff::{FieldChange, diff};
 use crate::error::{EngineError, Result};
 use crate::live::{Live, activation_clusters, belongs_to, list_kinds, list_unlabelled};
-use crate::ownership::{self, Applied, Legacy};
+use crate::ownership::{self, Applied, DriftedField, Legacy};
 use crate::records::{self, CrdState};
 use crate::resources::{Resources, Served, split_api_version};
 
@@ -305,6 +305,9 @@ type MissingKind = (kube::discovery::ApiResource, bool, BTreeSet<Option<String>>
 /// A kind to list: its resource and whether it is namespaced, by (group, kind).
 type KindList = BTreeMap<(String, String), (kube::discovery::ApiResource, bool)>;
 
+/// Objects per page of a LIST of full objects (reconcile mode).
+const FULL_PAGE: u32 = 2_000;
+
 /// How many dry-runs run at once. Each is a round trip the apiserver spends
 /// little CPU on: at 5,000 objects with 500 changes, 32 planned faster than
 /// 16 (bench/notes.md); kix's default apply concurrency is 32 too.
@@ -419,8 +422,12 @@ struct Observed {
     live: HashMap<ObjectKey, Live>,
     /// Objects a desired one names that kix does not own: adopted.
     unlabelled: HashMap<ObjectKey, Live>,
-    /// Full live objects, read in reconcile mode only.
+    /// Reconcile mode: full live objects of the owned objects it writes or
+    /// found drifted ([`fetch_full`]).
     full: HashMap<ObjectKey, Value>,
+    /// Reconcile mode: the fields drifted of objects whose digest is the
+    /// build's.
+    drifted: HashMap<ObjectKey, Vec<DriftedField>>,
 }
 
 impl Observed {
@@ -465,15 +472,16 @@ async fn observe(
     .await?;
     let unlabelled = unlabelled_named(client, desired, &live).await?;
     // Reconcile mode reads the full live objects of the kinds it compares.
-    let full = if options.reconcile {
-        fetch_full(client, desired, &live).await?
+    let (full, drifted) = if options.reconcile {
+        fetch_full(client, desired, &live, &ctx.manager).await?
     } else {
-        HashMap::new()
+        Default::default()
     };
     Ok(Observed {
         live,
         unlabelled,
         full,
+        drifted,
     })
 }
 
@@ -610,11 +618,7 @@ fn compare_owned(
     let mine = l.activations.iter().any(|a| ctx.mine(a));
     let same = l.digest.as_deref() == Some(d.digest.as_str()) && mine && l.deletion.is_none();
     let drifted = if options.reconcile && same {
-        observed
-            .full
-            .get(&d.key)
-            .map(|obj| ownership::drifted_fields(&d.manifest(), obj, &ctx.manager))
-            .unwrap_or_default()
+        observed.drifted.get(&d.key).cloned().unwrap_or_default()
     } else {
         vec![]
     };
@@ -1072,44 +1076,75 @@ async fn read_live(
     }
 }
 
-/// Full live objects of every owned desired object, one LIST per kind.
+/// Reconcile mode: one paged LIST of full objects per kind of the desired
+/// objects kix owns. Only what the plan needs is kept: the drifted fields
+/// of an object whose digest is the build's, and the full object when it
+/// drifted or its digest differs (it is written: the dry-run diffs it).
+/// Holding every full object was most of the operator's memory.
 async fn fetch_full(
     client: &Client,
     desired: &[Desired],
     live: &HashMap<ObjectKey, Live>,
-) -> Result<HashMap<ObjectKey, Value>> {
+    manager: &str,
+) -> Result<(
+    HashMap<ObjectKey, Value>,
+    HashMap<ObjectKey, Vec<DriftedField>>,
+)> {
+    let by_key: HashMap<&ObjectKey, &Desired> = desired
+        .iter()
+        .filter(|d| live.contains_key(&d.key))
+        .map(|d| (&d.key, d))
+        .collect();
     let mut kinds: BTreeMap<(String, String), &Desired> = BTreeMap::new();
-    for d in desired {
-        if live.contains_key(&d.key) {
-            kinds
-                .entry((d.resource.api.group.clone(), d.key.kind.clone()))
-                .or_insert(d);
-        }
+    for d in by_key.values() {
+        kinds
+            .entry((d.resource.api.group.clone(), d.key.kind.clone()))
+            .or_insert(d);
     }
-    let mut out = HashMap::new();
+    let (mut full, mut drifted) = (HashMap::new(), HashMap::new());
     for d in kinds.values() {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &d.resource.api);
-        let params = kube::api::ListParams::default().labels(&kix_api::labels::managed_selector());
-        let list = api
-            .list(&params)
-            .await
-            .map_err(|source| EngineError::List {
-                kind: d.key.kind.clone(),
-                source,
-            })?;
-        for obj in list.items {
-            let key = ObjectKey {
-                group: d.resource.api.group.clone(),
-                kind: d.key.kind.clone(),
-                namespace: if d.resource.namespaced {
-                    obj.metadata.namespace.clone()
-                } else {
-                    None
-                },
-                name: obj.metadata.name.clone().unwrap_or_default(),
-            };
-            out.insert(key, serde_json::to_value(&obj).unwrap_or(Value::Null));
+        let mut params = kube::api::ListParams::default()
+            .labels(&kix_api::labels::managed_selector())
+            .limit(FULL_PAGE);
+        loop {
+            let page = api
+                .list(&params)
+                .await
+                .map_err(|source| EngineError::List {
+                    kind: d.key.kind.clone(),
+                    source,
+                })?;
+            for obj in page.items {
+                let key = ObjectKey {
+                    group: d.resource.api.group.clone(),
+                    kind: d.key.kind.clone(),
+                    namespace: obj
+                        .metadata
+                        .namespace
+                        .clone()
+                        .filter(|_| d.resource.namespaced),
+                    name: obj.metadata.name.clone().unwrap_or_default(),
+                };
+                let Some(wanted) = by_key.get(&key) else {
+                    continue;
+                };
+                let value = serde_json::to_value(&obj).unwrap_or(Value::Null);
+                let same = live[&key].digest.as_deref() == Some(wanted.digest.as_str());
+                if same {
+                    let fields = ownership::drifted_fields(&wanted.manifest(), &value, manager);
+                    if fields.is_empty() {
+                        continue;
+                    }
+                    drifted.insert(key.clone(), fields);
+                }
+                full.insert(key, value);
+            }
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => params = params.continue_token(&token),
+                _ => break,
+            }
         }
     }
-    Ok(out)
+    Ok((full, drifted))
 }
