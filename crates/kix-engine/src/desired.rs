@@ -1,12 +1,14 @@
 //! The desired state: the build's objects with their API resource, their
 //! namespace settled by the kind's scope, and kix's ownership labels and digest.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use kix_api::{
     ANNOTATION_DIGEST, LABEL_MANAGED_BY, LABEL_OWNER, LABEL_PACKAGE, MANAGED_BY_VALUE, owner_value,
 };
-use kix_manifest::{Build, ObjectKey, canonical_digest, kind_rank};
+use kix_manifest::{Build, Object, ObjectKey, canonical_digest, kind_rank};
 use serde_json::{Value, json};
 
 use crate::error::{EngineError, Result};
@@ -22,7 +24,8 @@ pub struct Desired {
     pub cluster: String,
     pub api_version: String,
     pub package: String,
-    pub resource: Resource,
+    /// Shared by every object of its kind.
+    pub resource: Arc<Resource>,
     /// The manifest as kix applies it, labels and digest included, the
     /// package's handed-off fields removed; the activations annotation is
     /// added at apply time. Kept as compact JSON text ([`Desired::manifest`]
@@ -58,8 +61,14 @@ impl Desired {
 /// neither the apiserver nor the build's CRDs define.
 pub async fn desired_objects(build: &Build, resources: &mut Resources) -> Result<Vec<Desired>> {
     resources.learn_build_crds(build);
-    let mut out = Vec::with_capacity(build.object_count());
+    // Each kind is resolved once (discovery is async); the objects are then
+    // made on every core (a manifest read, stamped and hashed each).
+    let mut kinds: HashMap<(&str, &str), Arc<Resource>> = HashMap::new();
     for object in build.objects() {
+        let kind = (object.api_version.as_str(), object.key.kind.as_str());
+        if kinds.contains_key(&kind) {
+            continue;
+        }
         let resource = resources
             .get(&object.api_version, &object.key.kind)
             .await?
@@ -68,45 +77,74 @@ pub async fn desired_objects(build: &Build, resources: &mut Resources) -> Result
                 kind: object.key.kind.clone(),
                 source_file: object.source.display().to_string(),
             })?;
-        let mut key = scoped_key(&object.key, resource.namespaced);
-        let mut manifest = object.manifest();
-        if resource.namespaced {
-            let ns = key
-                .namespace
-                .clone()
-                .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
-            manifest["metadata"]["namespace"] = json!(ns);
-            key.namespace = Some(ns);
-        } else if let Some(meta) = manifest["metadata"].as_object_mut() {
-            meta.remove("namespace");
-        }
-        // Handed-off fields are never applied, so kix never owns them.
-        let handoff = build.package(&object.package).map(|p| p.handoff.as_slice());
-        let mut handed_off = Vec::new();
-        for rule in handoff
-            .unwrap_or_default()
-            .iter()
-            .filter(|r| r.covers(&key))
-        {
-            rule.strip(&mut manifest);
-            handed_off.extend(rule.fields.iter().cloned());
-        }
-        let digest = stamp(&mut manifest, &key, &object.package);
-        let manifest = manifest.to_string().into_boxed_str();
-        out.push(Desired {
-            rank: kind_rank(&key.group, &key.kind),
-            cluster: build.cluster.clone(),
-            key,
-            api_version: object.api_version.clone(),
-            package: object.package.clone(),
-            resource,
-            manifest,
-            handed_off,
-            digest,
-            source: object.source.clone(),
-        });
+        kinds.insert(kind, Arc::new(resource));
     }
-    Ok(out)
+    let objects: Vec<&Object> = build.objects().collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_thread = objects.len().div_ceil(threads).max(1);
+    let made = std::thread::scope(|scope| {
+        let parts: Vec<_> = objects
+            .chunks(per_thread)
+            .map(|part| {
+                let kinds = &kinds;
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|object| {
+                            let kind = (object.api_version.as_str(), object.key.kind.as_str());
+                            // Every kind was resolved above.
+                            let resource = Arc::clone(&kinds[&kind]);
+                            desired_object(build, object, resource)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .map(|part| part.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect::<Vec<_>>()
+    });
+    Ok(made.into_iter().flatten().collect())
+}
+
+/// One object of the build as kix applies it.
+fn desired_object(build: &Build, object: &Object, resource: Arc<Resource>) -> Desired {
+    let mut key = scoped_key(&object.key, resource.namespaced);
+    let mut manifest = object.manifest();
+    if resource.namespaced {
+        let ns = key
+            .namespace
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+        manifest["metadata"]["namespace"] = json!(ns);
+        key.namespace = Some(ns);
+    } else if let Some(meta) = manifest["metadata"].as_object_mut() {
+        meta.remove("namespace");
+    }
+    // Handed-off fields are never applied, so kix never owns them.
+    let handoff = build.package(&object.package).map(|p| p.handoff.as_slice());
+    let mut handed_off = Vec::new();
+    for rule in handoff
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r.covers(&key))
+    {
+        rule.strip(&mut manifest);
+        handed_off.extend(rule.fields.iter().cloned());
+    }
+    let digest = stamp(&mut manifest, &key, &object.package);
+    Desired {
+        rank: kind_rank(&key.group, &key.kind),
+        cluster: build.cluster.clone(),
+        key,
+        api_version: object.api_version.clone(),
+        package: object.package.clone(),
+        resource,
+        manifest: manifest.to_string().into_boxed_str(),
+        handed_off,
+        digest,
+        source: object.source.clone(),
+    }
 }
 
 /// Adds kix's labels, computes the digest, adds the digest annotation.

@@ -20,6 +20,12 @@ pub struct Request {
 }
 
 impl Request {
+    /// A later page of a LIST (it carries the continue token of the one
+    /// before): part of one LIST, not another.
+    pub fn is_next_page(&self) -> bool {
+        self.verb == "list" && self.uri.contains("continue=")
+    }
+
     /// A request that may change state (dry-runs excluded).
     pub fn is_write(&self) -> bool {
         !self.dry_run
