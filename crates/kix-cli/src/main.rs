@@ -14,11 +14,6 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// mimalloc returns freed memory to the system and keeps less per thread
-/// than glibc's malloc: peak RSS at 50,000 objects (docs/benchmarks.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = commands::Cli::parse();
     output::init_logging(&cli.global);
