@@ -386,3 +386,55 @@ pub fn belongs_to(activation: &str, cluster: &str, clusters: &BTreeMap<String, S
         None => kix_api::Activation::sequence_in(activation, cluster).is_some(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listed_object_keeps_kix_labels_and_annotations_only() {
+        let item = r#"{"metadata": {
+            "name": "cm", "namespace": "ns",
+            "labels": {"app": "x", "kix.run/owner": "ConfigMap.ns.cm", "k\u0069x.run/package": "p"},
+            "annotations": {"kix.run/digest": "d1", "big": "a long value", "kix.run/activations": "c-1,c-2",
+                            "kix.run/prune": null},
+            "managedFields": [{"manager": "kix-c", "operation": "Apply", "fieldsV1": {"f:data": {}}}]
+        }}"#;
+        let item: LeanItem = serde_json::from_str(item).expect("parses");
+        let labels = item.metadata.labels.as_ref().expect("labels");
+        assert_eq!(labels.get(LABEL_OWNER), Some("ConfigMap.ns.cm"));
+        assert_eq!(labels.get("app"), None, "only kix's owner label is kept");
+        let annotations = item.metadata.annotations.as_ref().expect("annotations");
+        assert_eq!(annotations.get(ANNOTATION_DIGEST), Some("d1"));
+        assert_eq!(annotations.get(ANNOTATION_ACTIVATIONS), Some("c-1,c-2"));
+        assert_eq!(annotations.get(ANNOTATION_PRUNE), None);
+        assert_eq!(annotations.get("big"), None);
+
+        let resource = Arc::new(ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+        });
+        let live = to_live(item.metadata, &resource, true);
+        assert_eq!(live.digest.as_deref(), Some("d1"));
+        assert_eq!(live.activations.len(), 2);
+        assert_eq!(live.appliers, ["kix-c"]);
+        assert_eq!(live.api_version(), "v1");
+    }
+
+    #[test]
+    fn an_empty_or_missing_map_keeps_nothing() {
+        let item: LeanItem =
+            serde_json::from_str(r#"{"metadata": {"name": "cm", "labels": {}}}"#).expect("parses");
+        assert_eq!(
+            item.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_OWNER)),
+            None
+        );
+        assert!(item.metadata.annotations.is_none());
+    }
+}
