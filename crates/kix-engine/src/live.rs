@@ -188,15 +188,16 @@ struct LeanManager {
 
 #[derive(Deserialize)]
 struct LeanList {
-    metadata: LeanListMeta,
+    metadata: ListPageMeta,
     /// `null` when the list is empty.
     items: Option<Vec<LeanItem>>,
 }
 
+/// The list metadata of a LIST page: the token of the next page, if any.
 #[derive(Deserialize)]
-struct LeanListMeta {
+pub(crate) struct ListPageMeta {
     #[serde(rename = "continue")]
-    continue_: Option<String>,
+    pub(crate) continue_: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -521,15 +521,9 @@ const PAGE: u32 = 2_000;
 /// A page of a LIST, its items as JSON (with apiVersion and kind added).
 #[derive(serde::Deserialize)]
 struct Page {
-    metadata: PageMeta,
+    metadata: crate::live::ListPageMeta,
     /// `null` when the list is empty.
     items: Option<Vec<Value>>,
-}
-
-#[derive(serde::Deserialize)]
-struct PageMeta {
-    #[serde(rename = "continue")]
-    continue_: Option<String>,
 }
 
 /// One paged LIST per kind, cluster-wide, kix's label selector, full
