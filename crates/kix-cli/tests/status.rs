@@ -122,6 +122,18 @@ async fn status_shows_health_missing_drifted_and_extra_objects() {
 #[tokio::test]
 async fn status_of_a_cluster_without_activations() {
     let kix = Kix::new("status-none").await;
+    // kix's CRDs are installed but no record is this cluster's (on a fresh
+    // control plane this test ran before any deploy had installed them).
+    let client = kix_testkit::client().await.expect("client");
+    if kix_engine::records::crds_status(&client)
+        .await
+        .expect("CRDs")
+        != kix_engine::records::CrdState::Current
+    {
+        kix_engine::records::install_crds(&client)
+            .await
+            .expect("installing kix's CRDs");
+    }
     let run = kix.kix(&["status", kix.cluster()]).ok();
     assert!(
         run.stdout.contains("current activation: none"),
