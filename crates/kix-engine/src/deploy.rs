@@ -315,6 +315,7 @@ pub async fn deploy(
     // neither its "nothing to do" nor its actions are trusted.
     let moved = records_moved(client, &plan, options).await?;
     if !moved && let Some(outcome) = no_op(&plan, options) {
+        crate::drop_later(plan);
         return Ok(outcome);
     }
     // Before any change: the build's GC root can be written (a user without
@@ -501,6 +502,7 @@ pub async fn rollback_to(
             yield_to_kix_clusters: options.yield_to_kix_clusters,
             reconcile: false,
             activation: None,
+            only: None,
         },
     )
     .await?;

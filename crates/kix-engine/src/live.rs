@@ -106,19 +106,7 @@ pub async fn list_kinds(
             if let Some(selector) = &selector {
                 params = params.labels(selector);
             }
-            let resource = Arc::new(resource);
-            let list = match list_lean(&client, &resource, namespaced, None, &params).await {
-                Ok(items) => items,
-                // A kind whose CRD is not installed yet has no objects.
-                Err(kube::Error::Api(status)) if status.code == 404 => vec![],
-                Err(source) => {
-                    return Err(EngineError::List {
-                        kind: resource.kind.clone(),
-                        source,
-                    });
-                }
-            };
-            Ok(list)
+            list_served(&client, &Arc::new(resource), namespaced, None, &params).await
         }
     }))
     .buffer_unordered(LIST_CONCURRENCY)
@@ -146,20 +134,50 @@ pub async fn list_unlabelled(
             (true, Some(ns)) => Some(ns.as_str()),
             _ => None,
         };
-        let items = match list_lean(client, &resource, namespaced, ns, &ListParams::default()).await
-        {
-            Ok(items) => items,
-            Err(kube::Error::Api(status)) if status.code == 404 => vec![],
-            Err(source) => {
-                return Err(EngineError::List {
-                    kind: resource.kind.clone(),
-                    source,
-                });
-            }
-        };
+        let items = list_served(client, &resource, namespaced, ns, &ListParams::default()).await?;
         out.extend(items.into_iter().map(|live| (live.key.clone(), live)));
     }
     Ok(out)
+}
+
+/// The objects named, each read by its name with no selector (one request
+/// each, for the few objects a watch saw change): the owned ones and the
+/// others alike. A name not found is simply not returned.
+pub async fn read_named(
+    client: &Client,
+    named: Vec<(ObjectKey, ApiResource, bool)>,
+) -> Result<Vec<Live>> {
+    let reads = stream::iter(named.into_iter().map(|(key, resource, namespaced)| {
+        let client = client.clone();
+        async move {
+            let params = ListParams::default().fields(&format!("metadata.name={}", key.name));
+            let namespace = key.namespace.as_deref().filter(|_| namespaced);
+            list_served(&client, &Arc::new(resource), namespaced, namespace, &params).await
+        }
+    }))
+    .buffer_unordered(LIST_CONCURRENCY)
+    .try_collect::<Vec<_>>()
+    .await?;
+    Ok(reads.into_iter().flatten().collect())
+}
+
+/// [`list_lean`], with a kind not served (its CRD not installed yet: 404)
+/// having no objects.
+async fn list_served(
+    client: &Client,
+    resource: &Arc<ApiResource>,
+    namespaced: bool,
+    namespace: Option<&str>,
+    params: &ListParams,
+) -> Result<Vec<Live>> {
+    match list_lean(client, resource, namespaced, namespace, params).await {
+        Ok(items) => Ok(items),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(vec![]),
+        Err(source) => Err(EngineError::List {
+            kind: resource.kind.clone(),
+            source,
+        }),
+    }
 }
 
 /// The metadata the plan reads of a listed object. Everything else, above

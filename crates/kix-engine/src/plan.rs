@@ -4,9 +4,9 @@
 //! Reads only: one LIST per kind (metadata, kix's label selector), discovery,
 //! and a server-side dry-run apply for the objects whose content changed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use futures::{StreamExt, stream};
+use futures::{FutureExt, StreamExt, stream};
 use kix_api::Activation;
 use kix_manifest::{Build, ObjectKey};
 use kube::Client;
@@ -296,6 +296,11 @@ pub struct PlanOptions {
     /// the cluster's next `<cluster>-<n>`.
     #[serde(skip)]
     pub activation: Option<String>,
+    /// Plan only these objects, each read by name, and take the rest of the
+    /// build as unchanged: the operator's repair of the objects its watches
+    /// saw change. Its periodic resync plans everything.
+    #[serde(skip)]
+    pub only: Option<BTreeSet<ObjectKey>>,
 }
 
 /// A kind with desired objects that have no owned live counterpart: its
@@ -303,7 +308,7 @@ pub struct PlanOptions {
 type MissingKind = (kube::discovery::ApiResource, bool, BTreeSet<Option<String>>);
 
 /// A kind to list: its resource and whether it is namespaced, by (group, kind).
-type KindList = BTreeMap<(String, String), (kube::discovery::ApiResource, bool)>;
+pub(crate) type KindList = BTreeMap<(String, String), (kube::discovery::ApiResource, bool)>;
 
 /// Objects per page of a LIST of full objects (reconcile mode).
 const FULL_PAGE: u32 = 2_000;
@@ -329,19 +334,29 @@ pub async fn plan(
     let all_records = records::list_all(client).await?;
     let ctx = Ctx::new(&build.cluster, &all_records, options);
     let mut resources = Resources::new(client.clone());
-    let desired = desired_objects(build, &mut resources).await?;
-    let observed = observe(
-        client,
-        &desired,
-        &all_records,
-        &ctx,
-        &mut resources,
-        options,
-    )
-    .await?;
+    // The LIST of the kinds this cluster's records name starts now: it
+    // waits on the apiserver while the build's objects are made.
+    let mine = records::of_cluster(&all_records, &ctx.cluster);
+    let recorded = recorded_kinds(&mine, &mut resources).await?;
+    let (desired, observed) = match &options.only {
+        None => {
+            let early = list_early(client, &recorded);
+            let desired = desired_objects(build, &mut resources).await?;
+            let observed = observe(client, &desired, recorded, early, &ctx, options).await?;
+            (desired, observed)
+        }
+        Some(only) => {
+            let desired = desired_objects(build, &mut resources).await?;
+            let observed = observe_only(client, &desired, &recorded, only, &ctx, options).await?;
+            (desired, observed)
+        }
+    };
     let first_pass = desired
         .iter()
-        .map(|d| classify(d, &observed, &ctx, options))
+        .map(|d| match &options.only {
+            Some(only) if !only.contains(&d.key) => untouched(d),
+            _ => classify(d, &observed, &ctx, options),
+        })
         .collect();
     let checked = dry_run_all(client, first_pass, &desired, &observed, &ctx, options).await?;
     let mut packages = by_package(build, checked);
@@ -353,11 +368,13 @@ pub async fn plan(
     )
     .await?;
     crate::crd_upgrade::trim_changes(&mut packages, &crd_upgrades);
+    // Scoped, only objects read are candidates: `live` holds nothing else.
     let mut prune = if options.prune {
         prune_candidates(&desired, &observed.live, &ctx)
     } else {
         Vec::new()
     };
+    crate::drop_later(observed);
     crate::contents::count(client, &mut prune).await?;
     let current = records::current(&all_records, &ctx.cluster);
     let counts = count(packages.iter().flat_map(|p| &p.objects).chain(&prune));
@@ -445,31 +462,48 @@ impl Observed {
 /// The kinds of the build (apiVersion/Kind), recorded so a later prune knows
 /// which kinds to list.
 fn kinds_of(desired: &[Desired]) -> Vec<String> {
+    // Distinct first: the text is made once per kind, not per object.
     desired
         .iter()
-        .map(|d| format!("{}/{}", d.api_version, d.key.kind))
+        .map(|d| (d.api_version.as_str(), d.key.kind.as_str()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .map(|(api_version, kind)| format!("{api_version}/{kind}"))
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect()
 }
 
 /// Reads the live state: one LIST per kind, the unlabelled objects a
-/// desired one names, and in reconcile mode the full objects.
+/// desired one names, and in reconcile mode the full objects. The kinds the
+/// records name were listed early (`early`); the build's other kinds, and a
+/// kind the build now reads through another version, are listed here.
 async fn observe(
     client: &Client,
     desired: &[Desired],
-    all_records: &[Activation],
+    recorded: KindList,
+    early: EarlyList,
     ctx: &Ctx,
-    resources: &mut Resources,
     options: &PlanOptions,
 ) -> Result<Observed> {
-    let kinds = kinds_to_list(desired, all_records, ctx, resources).await?;
-    let live = list_kinds(
-        client,
-        kinds.into_values().collect(),
-        Some(&kix_api::labels::managed_selector()),
-    )
-    .await?;
+    let mut late = KindList::new();
+    for ((group, kind), d) in served_kinds(desired) {
+        let kind = (group.to_string(), kind.to_string());
+        if recorded.get(&kind).map(|(api, _)| api) != Some(&d.resource.api) {
+            late.insert(kind, (d.resource.api.clone(), d.resource.namespaced));
+        }
+    }
+    let selector = kix_api::labels::managed_selector();
+    let (mut live, late_live) = futures::try_join!(
+        early,
+        list_kinds(client, late.values().cloned().collect(), Some(&selector))
+    )?;
+    // A kind listed both ways is the build's: its version is what the plan
+    // applies and prunes through.
+    if late.keys().any(|k| recorded.contains_key(k)) {
+        live.retain(|key, _| !late.keys().any(|(g, k)| *g == key.group && *k == key.kind));
+    }
+    live.extend(late_live);
     let unlabelled = unlabelled_named(client, desired, &live).await?;
     // Reconcile mode reads the full live objects of the kinds it compares.
     let (full, drifted) = if options.reconcile {
@@ -485,40 +519,141 @@ async fn observe(
     })
 }
 
-/// Kinds to list: the build's, plus those this cluster's records name (so
-/// objects of a kind the build dropped entirely are still pruned).
-async fn kinds_to_list(
+/// The live state of the objects `only` names, each read by name: those of
+/// the build through its resource, the others (to prune) through the kind
+/// the records name. Owned ones are `live`; the others, adopted if the
+/// build has them, `unlabelled`.
+async fn observe_only(
+    client: &Client,
     desired: &[Desired],
-    all_records: &[Activation],
+    recorded: &KindList,
+    only: &BTreeSet<ObjectKey>,
     ctx: &Ctx,
+    options: &PlanOptions,
+) -> Result<Observed> {
+    let by_key: HashMap<&ObjectKey, &Desired> = desired
+        .iter()
+        .filter(|d| only.contains(&d.key))
+        .map(|d| (&d.key, d))
+        .collect();
+    let named = only
+        .iter()
+        .filter_map(|key| {
+            let (api, namespaced) = match by_key.get(key) {
+                Some(d) if d.resource.served == Served::Yes => {
+                    (d.resource.api.clone(), d.resource.namespaced)
+                }
+                Some(_) => return None,
+                None => recorded
+                    .get(&(key.group.clone(), key.kind.clone()))?
+                    .clone(),
+            };
+            Some((key.clone(), api, namespaced))
+        })
+        .collect();
+    let (mut live, mut unlabelled) = (HashMap::new(), HashMap::new());
+    for l in crate::live::read_named(client, named).await? {
+        if !only.contains(&l.key) {
+            continue;
+        }
+        if l.owned {
+            live.insert(l.key.clone(), l);
+        } else {
+            unlabelled.insert(l.key.clone(), l);
+        }
+    }
+    let (full, drifted) = if options.reconcile {
+        let read: Vec<&Desired> = by_key
+            .values()
+            .filter(|d| live.contains_key(&d.key))
+            .copied()
+            .collect();
+        fetch_named(client, &read, &live, &ctx.manager).await?
+    } else {
+        Default::default()
+    };
+    Ok(Observed {
+        live,
+        unlabelled,
+        full,
+        drifted,
+    })
+}
+
+/// An object of the build outside a scoped plan: taken as unchanged, not
+/// read.
+fn untouched(d: &Desired) -> PlannedObject {
+    PlannedObject {
+        key: d.key.clone(),
+        api_version: d.api_version.clone(),
+        package: d.package.clone(),
+        action: Action::Unchanged,
+        changes: vec![],
+        fields: vec![],
+        destructive: false,
+        note: None,
+        warnings: vec![],
+        contenders: vec![],
+        takes_with_it: None,
+        deletion: None,
+        activations: BTreeSet::new(),
+        legacy: Legacy::None,
+    }
+}
+
+/// The kinds of `desired` the apiserver serves, by (group, kind), each with
+/// its first object.
+pub(crate) fn served_kinds(desired: &[Desired]) -> BTreeMap<(&str, &str), &Desired> {
+    let mut kinds = BTreeMap::new();
+    for d in desired.iter().filter(|d| d.resource.served == Served::Yes) {
+        kinds
+            .entry((d.resource.api.group.as_str(), d.key.kind.as_str()))
+            .or_insert(d);
+    }
+    kinds
+}
+
+/// The kinds `records` name, served now: their objects are listed even
+/// when the build dropped the kind entirely, to be pruned.
+pub(crate) async fn recorded_kinds(
+    records: &[&Activation],
     resources: &mut Resources,
 ) -> Result<KindList> {
     let mut kind_list = KindList::new();
-    for d in desired {
-        if d.resource.served == Served::Yes {
-            kind_list.insert(
-                (d.resource.api.group.clone(), d.key.kind.clone()),
-                (d.resource.api.clone(), d.resource.namespaced),
-            );
-        }
-    }
-    for record in records::of_cluster(all_records, &ctx.cluster) {
+    for record in records {
         for kind in record.status.iter().flat_map(|s| &s.kinds) {
             let Some((api_version, kind)) = kind.rsplit_once('/') else {
                 continue;
             };
             let (group, _) = split_api_version(api_version);
-            if kind_list.contains_key(&(group.to_string(), kind.to_string())) {
+            let key = (group.to_string(), kind.to_string());
+            if kind_list.contains_key(&key) {
                 continue;
             }
             if let Some(r) = resources.get(api_version, kind).await?
                 && r.served == Served::Yes
             {
-                kind_list.insert((group.to_string(), kind.to_string()), (r.api, r.namespaced));
+                kind_list.insert(key, (r.api, r.namespaced));
             }
         }
     }
     Ok(kind_list)
+}
+
+/// kix's objects of `kinds`, listed on a task of their own; dropping the
+/// handle stops it.
+type EarlyList = futures::future::RemoteHandle<Result<HashMap<ObjectKey, Live>>>;
+
+fn list_early(client: &Client, kinds: &KindList) -> EarlyList {
+    let client = client.clone();
+    let kinds: Vec<(kube::discovery::ApiResource, bool)> = kinds.values().cloned().collect();
+    let (listing, handle) = async move {
+        let selector = kix_api::labels::managed_selector();
+        list_kinds(&client, kinds, Some(&selector)).await
+    }
+    .remote_handle();
+    tokio::spawn(listing);
+    handle
 }
 
 /// Desired objects with no owned live counterpart: created or adopted. Lists
@@ -747,7 +882,7 @@ fn prune_candidates(
     live: &HashMap<ObjectKey, Live>,
     ctx: &Ctx,
 ) -> Vec<PlannedObject> {
-    let desired_keys: BTreeSet<&ObjectKey> = desired.iter().map(|d| &d.key).collect();
+    let desired_keys: HashSet<&ObjectKey> = desired.iter().map(|d| &d.key).collect();
     let mut candidates: Vec<&Live> = live
         .values()
         .filter(|l| l.owned && !desired_keys.contains(&l.key))
@@ -1126,19 +1261,9 @@ async fn fetch_full(
                         .filter(|_| d.resource.namespaced),
                     name: obj.metadata.name.clone().unwrap_or_default(),
                 };
-                let Some(wanted) = by_key.get(&key) else {
-                    continue;
-                };
-                let value = serde_json::to_value(&obj).unwrap_or(Value::Null);
-                let same = live[&key].digest.as_deref() == Some(wanted.digest.as_str());
-                if same {
-                    let fields = ownership::drifted_fields(&wanted.manifest(), &value, manager);
-                    if fields.is_empty() {
-                        continue;
-                    }
-                    drifted.insert(key.clone(), fields);
+                if let Some(wanted) = by_key.get(&key) {
+                    keep_full(key, &obj, wanted, live, manager, &mut full, &mut drifted);
                 }
-                full.insert(key, value);
             }
             match page.metadata.continue_ {
                 Some(token) if !token.is_empty() => params = params.continue_token(&token),
@@ -1147,4 +1272,69 @@ async fn fetch_full(
         }
     }
     Ok((full, drifted))
+}
+
+/// [`fetch_full`] of a few objects, each read by name.
+async fn fetch_named(
+    client: &Client,
+    read: &[&Desired],
+    live: &HashMap<ObjectKey, Live>,
+    manager: &str,
+) -> Result<(
+    HashMap<ObjectKey, Value>,
+    HashMap<ObjectKey, Vec<DriftedField>>,
+)> {
+    let (mut full, mut drifted) = (HashMap::new(), HashMap::new());
+    for d in read {
+        let api: Api<DynamicObject> = match &d.key.namespace {
+            Some(ns) if d.resource.namespaced => {
+                Api::namespaced_with(client.clone(), ns, &d.resource.api)
+            }
+            _ => Api::all_with(client.clone(), &d.resource.api),
+        };
+        let got = api
+            .get_opt(&d.key.name)
+            .await
+            .map_err(|source| EngineError::List {
+                kind: d.key.kind.clone(),
+                source,
+            })?;
+        if let Some(obj) = got {
+            keep_full(
+                d.key.clone(),
+                &obj,
+                d,
+                live,
+                manager,
+                &mut full,
+                &mut drifted,
+            );
+        }
+    }
+    Ok((full, drifted))
+}
+
+/// Keeps the full live object of `wanted` when the apply writes it: its
+/// digest is not the build's, or fields kix applied drifted (kept too).
+fn keep_full(
+    key: ObjectKey,
+    obj: &DynamicObject,
+    wanted: &Desired,
+    live: &HashMap<ObjectKey, Live>,
+    manager: &str,
+    full: &mut HashMap<ObjectKey, Value>,
+    drifted: &mut HashMap<ObjectKey, Vec<DriftedField>>,
+) {
+    let value = serde_json::to_value(obj).unwrap_or(Value::Null);
+    let same = live
+        .get(&key)
+        .is_some_and(|l| l.digest.as_deref() == Some(wanted.digest.as_str()));
+    if same {
+        let fields = ownership::drifted_fields(&wanted.manifest(), &value, manager);
+        if fields.is_empty() {
+            return;
+        }
+        drifted.insert(key.clone(), fields);
+    }
+    full.insert(key, value);
 }

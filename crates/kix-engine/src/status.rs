@@ -10,9 +10,11 @@
 //! label selector.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::FutureExt;
+use futures::future::{RemoteHandle, try_join_all};
 use kix_api::{
     ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, Activation, Counts, Engine, LABEL_OWNER,
     LABEL_PACKAGE, ObjectRef, Phase, Progress, owner_value,
@@ -23,13 +25,14 @@ use kube::discovery::ApiResource;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::Value;
+use tokio::sync::{Semaphore, mpsc};
 
 use crate::desired::{Desired, desired_objects};
 use crate::error::{EngineError, Result};
 use crate::health::{Health, health};
 use crate::live::{activation_clusters, belongs_to};
 use crate::records;
-use crate::resources::{Resources, Served};
+use crate::resources::Resources;
 
 /// One Activation record, as `status` and `history` show it.
 #[derive(Debug, Clone, Serialize)]
@@ -242,7 +245,19 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
         .map(|r| RecordSummary::new(r, false));
     let clusters = activation_clusters(&all);
 
+    // The kinds this cluster's records name are listed from now on, their
+    // pages fetched ahead (a bounded number) while the build is read.
     let mut resources = Resources::new(client.clone());
+    let permits = Arc::new(Semaphore::new(LIST_CONCURRENCY));
+    let mut listings: BTreeMap<(String, String), Listing> =
+        crate::plan::recorded_kinds(&mine, &mut resources)
+            .await?
+            .into_iter()
+            .map(|(key, (api, namespaced))| {
+                (key, Listing::start(client, api, namespaced, &permits))
+            })
+            .collect();
+
     let mut build_state = BuildState::None;
     let mut build_packages: Vec<(String, String)> = Vec::new();
     let mut desired: Vec<Desired> = Vec::new();
@@ -278,29 +293,13 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
         }
     }
 
-    // Kinds: the build's, and every kind this cluster's records name.
-    let mut kinds: BTreeMap<(String, String), (ApiResource, bool)> = BTreeMap::new();
-    for d in &desired {
-        if d.resource.served == Served::Yes {
-            kinds.insert(
-                (d.resource.api.group.clone(), d.key.kind.clone()),
-                (d.resource.api.clone(), d.resource.namespaced),
-            );
-        }
-    }
-    for record in &mine {
-        for kind in record.status.iter().flat_map(|s| &s.kinds) {
-            let Some((api_version, kind)) = kind.rsplit_once('/') else {
-                continue;
-            };
-            if let Some(r) = resources.get(api_version, kind).await?
-                && r.served == Served::Yes
-            {
-                kinds.insert(
-                    (r.api.group.clone(), kind.to_string()),
-                    (r.api, r.namespaced),
-                );
-            }
+    // And the build's kinds; a kind the build reads through another
+    // version than the records is listed through the build's.
+    for ((group, kind), d) in crate::plan::served_kinds(&desired) {
+        let (key, r) = ((group.to_string(), kind.to_string()), &d.resource);
+        if listings.get(&key).is_none_or(|l| l.resource != r.api) {
+            let listing = Listing::start(client, r.api.clone(), r.namespaced, &permits);
+            listings.insert(key, listing);
         }
     }
     // Each live object is judged as its LIST page arrives and only the
@@ -326,7 +325,11 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             verdict,
         })
     };
-    let judged = list_judged(client, kinds.into_values().collect(), &judge).await?;
+    let judged = try_join_all(listings.into_values().map(|l| l.judged(&judge)))
+        .await?
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>();
     let mine_live: HashMap<&ObjectKey, &Judged> = judged.iter().map(|l| (&l.key, l)).collect();
 
     let mut packages: Vec<PackageStatus> = build_packages
@@ -513,75 +516,147 @@ struct Judged {
     verdict: (HealthState, Option<String>),
 }
 
-/// Objects per LIST page: two pages of full objects are held at a time
-/// (the one judged and the next, fetched meanwhile). 500 took 100 round
-/// trips at 50,000 objects.
+/// Objects per LIST page. 500 took 100 round trips at 50,000 objects.
 const PAGE: u32 = 2_000;
 
-/// A page of a LIST, its items as JSON (with apiVersion and kind added).
+/// The items of a LIST page, as JSON (apiVersion and kind are added).
 #[derive(serde::Deserialize)]
 struct Page {
-    metadata: crate::live::ListPageMeta,
     /// `null` when the list is empty.
     items: Option<Vec<Value>>,
 }
 
-/// One paged LIST per kind, cluster-wide, kix's label selector, full
-/// objects, each handed to `judge` and dropped. The next page is fetched
-/// while one is judged.
-async fn list_judged(
-    client: &Client,
-    kinds: Vec<(ApiResource, bool)>,
-    judge: &(dyn Fn(Seen, &Value) -> Option<Judged> + Sync),
-) -> Result<Vec<Judged>> {
-    let lists = stream::iter(kinds.into_iter().map(|(resource, namespaced)| {
-        let client = client.clone();
-        async move {
-            let fetch = |token: Option<String>| {
-                let (client, resource) = (client.clone(), resource.clone());
-                tokio::spawn(async move { fetch_page(&client, &resource, token).await })
-            };
-            let mut out = Vec::new();
-            let mut next = Some(fetch(None));
-            while let Some(fetching) = next.take() {
-                let joined = fetching.await;
-                let Some(page) =
-                    joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?
-                else {
-                    break;
+/// Pages a listing fetches before they are judged: bounds the memory
+/// held while the build is read (a page of 2,000 ConfigMaps is ~4 MB).
+const PAGES_AHEAD: usize = 8;
+
+/// One kind's paged LIST, cluster-wide, kix's label selector, full objects,
+/// fetched on a task of its own; dropping it stops the task.
+struct Listing {
+    resource: ApiResource,
+    namespaced: bool,
+    /// Each page's text, in order.
+    pages: mpsc::Receiver<Result<String>>,
+    _fetching: RemoteHandle<()>,
+}
+
+impl Listing {
+    /// Starts fetching pages; at most `permits` requests run at once.
+    fn start(
+        client: &Client,
+        resource: ApiResource,
+        namespaced: bool,
+        permits: &Arc<Semaphore>,
+    ) -> Listing {
+        let (pages, receiver) = mpsc::channel(PAGES_AHEAD);
+        let (client, permits, r) = (client.clone(), Arc::clone(permits), resource.clone());
+        let (fetching, handle) = async move {
+            let mut token = None;
+            loop {
+                let page = {
+                    let _permit = permits.acquire().await;
+                    fetch_page(&client, &r, token.take()).await
                 };
-                if let Some(token) = page.metadata.continue_.filter(|t| !t.is_empty()) {
-                    next = Some(fetch(Some(token)));
-                }
-                for mut value in page.items.unwrap_or_default() {
-                    // List items carry no type.
-                    if let Some(map) = value.as_object_mut() {
-                        map.insert(
-                            "apiVersion".into(),
-                            Value::String(resource.api_version.clone()),
-                        );
-                        map.insert("kind".into(), Value::String(resource.kind.clone()));
+                let page = match page {
+                    Ok(Some(text)) => text,
+                    // Not served: no objects.
+                    Ok(None) => return,
+                    Err(err) => {
+                        let _ = pages.send(Err(err)).await;
+                        return;
                     }
-                    let seen = seen(&value, &resource, namespaced);
-                    out.extend(judge(seen, &value));
+                };
+                token = serde_json::from_str::<PageMeta>(&page)
+                    .ok()
+                    .and_then(|p| p.metadata.continue_)
+                    .filter(|t| !t.is_empty());
+                if pages.send(Ok(page)).await.is_err() || token.is_none() {
+                    return;
                 }
             }
-            Ok::<_, EngineError>(out)
         }
-    }))
-    .buffer_unordered(LIST_CONCURRENCY)
-    .try_collect::<Vec<_>>()
-    .await?;
-    Ok(lists.into_iter().flatten().collect())
+        .remote_handle();
+        tokio::spawn(fetching);
+        Listing {
+            resource,
+            namespaced,
+            pages: receiver,
+            _fetching: handle,
+        }
+    }
+
+    /// Each object handed to `judge` as its page is read, and dropped.
+    async fn judged(
+        mut self,
+        judge: &(dyn Fn(Seen, &Value) -> Option<Judged> + Sync),
+    ) -> Result<Vec<Judged>> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut out = Vec::new();
+        while let Some(first) = self.pages.recv().await {
+            // The pages fetched meanwhile are judged side by side: at 50,000
+            // objects status waits on judging, not on the apiserver.
+            let mut batch = vec![first?];
+            while batch.len() < threads
+                && let Ok(page) = self.pages.try_recv()
+            {
+                batch.push(page?);
+            }
+            let pages: Vec<Result<Vec<Judged>>> = std::thread::scope(|scope| {
+                let running: Vec<_> = batch
+                    .iter()
+                    .map(|text| scope.spawn(|| self.judge_page(text, judge)))
+                    .collect();
+                running
+                    .into_iter()
+                    .map(|t| t.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                    .collect()
+            });
+            for page in pages {
+                out.extend(page?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn judge_page(
+        &self,
+        text: &str,
+        judge: &(dyn Fn(Seen, &Value) -> Option<Judged> + Sync),
+    ) -> Result<Vec<Judged>> {
+        let page: Page = serde_json::from_str(text).map_err(|e| EngineError::List {
+            kind: self.resource.kind.clone(),
+            source: kube::Error::SerdeError(e),
+        })?;
+        let mut out = Vec::new();
+        for mut value in page.items.unwrap_or_default() {
+            // List items carry no type.
+            if let Some(map) = value.as_object_mut() {
+                map.insert(
+                    "apiVersion".into(),
+                    Value::String(self.resource.api_version.clone()),
+                );
+                map.insert("kind".into(), Value::String(self.resource.kind.clone()));
+            }
+            let seen = seen(&value, &self.resource, self.namespaced);
+            out.extend(judge(seen, &value));
+        }
+        Ok(out)
+    }
+}
+
+/// Only the next page's token of a page.
+#[derive(serde::Deserialize)]
+struct PageMeta {
+    metadata: crate::live::ListPageMeta,
 }
 
 /// One page of the LIST of `resource` with kix's label selector, from
-/// `token` on; None when the kind is not served (404).
+/// `token` on, as text; None when the kind is not served (404).
 async fn fetch_page(
     client: &Client,
     resource: &ApiResource,
     token: Option<String>,
-) -> Result<Option<Page>> {
+) -> Result<Option<String>> {
     let mut params = ListParams::default()
         .labels(&kix_api::labels::managed_selector())
         .limit(PAGE);
@@ -595,7 +670,7 @@ async fn fetch_page(
     let request = kube::core::Request::new(DynamicObject::url_path(resource, None))
         .list(&params)
         .map_err(|e| list_error(kube::Error::BuildRequest(e)))?;
-    match client.request(request).await {
+    match client.request_text(request).await {
         Ok(page) => Ok(Some(page)),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
         Err(source) => Err(list_error(source)),

@@ -579,3 +579,138 @@ fn check_requests(kit: &Kit, mark: audit::Mark, what: &str) {
         describe(&requests)
     );
 }
+
+#[tokio::test]
+async fn a_kind_the_build_moves_to_another_version_is_listed_and_pruned_through_it() {
+    // The kinds the records name are listed while the build is read; a kind
+    // the build now names through another version is listed again through
+    // that one.
+    let mut kit = Kit::new("plan-version").await;
+    let group = format!("{}.example.com", kit.ns());
+    let crd_name = format!("gadgets.{group}");
+    kit.crds.push(crd_name.clone());
+    let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}});
+    let crd = yaml(&json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": crd_name},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget", "listKind": "GadgetList"},
+            "versions": [
+                {"name": "v1beta1", "served": true, "storage": false, "schema": schema},
+                {"name": "v1", "served": true, "storage": true, "schema": schema}]
+        }
+    }));
+    let gadget = |version: &str, name: &str| {
+        yaml(
+            &json!({"apiVersion": format!("{group}/{version}"), "kind": "Gadget",
+            "metadata": {"name": name}, "spec": {"size": 1}}),
+        )
+    };
+    let first = kit.build(&[
+        Pkg::new("app", &[gadget("v1beta1", "g1"), gadget("v1beta1", "g2")]),
+        Pkg::new("crds", std::slice::from_ref(&crd)),
+    ]);
+    kit.deploy(&first).await;
+    let second = kit.build(&[
+        Pkg::new("app", &[gadget("v1", "g1")]),
+        Pkg::new("crds", &[crd]),
+    ]);
+    let plan = kit.plan(&second, &prune()).await;
+    let g1: Vec<_> = plan
+        .packages
+        .iter()
+        .flat_map(|p| &p.objects)
+        .chain(&plan.prune)
+        .filter(|o| o.key.kind == "Gadget" && o.key.name == "g1")
+        .collect();
+    assert_eq!(g1.len(), 1, "g1 planned once: {g1:#?}");
+    assert_eq!(g1[0].api_version, format!("{group}/v1"));
+    let g2: Vec<_> = plan.prune.iter().filter(|o| o.key.name == "g2").collect();
+    assert_eq!(g2.len(), 1, "g2 pruned: {:#?}", plan.prune);
+    assert_eq!(g2[0].action, Action::Delete);
+    assert_eq!(
+        g2[0].api_version,
+        format!("{group}/v1"),
+        "pruned through the build's version"
+    );
+    kit.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_scoped_plan_reads_and_plans_only_the_objects_named() {
+    // The operator's repair: the objects its watches saw change are read by
+    // name; the rest of the build is taken as unchanged, unread.
+    let kit = Kit::new("plan-only").await;
+    let built = kit.simple(&[
+        configmap("edited", &[("x", "1")]),
+        configmap("unnamed", &[("x", "1")]),
+        configmap("deleted", &[("x", "1")]),
+    ]);
+    kit.deploy(&built).await;
+    let cms: Api<DynamicObject> = Api::namespaced_with(
+        kit.env.client.clone(),
+        kit.ns(),
+        &resource("v1", "ConfigMap"),
+    );
+    let edit = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..Default::default()
+    };
+    for name in ["edited", "unnamed"] {
+        cms.patch(name, &edit, &Patch::Merge(&json!({"data": {"x": "2"}})))
+            .await
+            .expect("out-of-band edit");
+    }
+    cms.delete("deleted", &Default::default())
+        .await
+        .expect("delete");
+    let key = |name: &str| kix_manifest::ObjectKey {
+        group: String::new(),
+        kind: "ConfigMap".into(),
+        namespace: Some(kit.ns().to_string()),
+        name: name.into(),
+    };
+    let only = [key("edited"), key("deleted"), key("never-built")];
+    let options = PlanOptions {
+        reconcile: true,
+        prune: true,
+        only: Some(only.into_iter().collect()),
+        ..Default::default()
+    };
+    let mark = audit::mark().expect("mark");
+    let plan = kit.plan(&built, &options).await;
+    assert_eq!(find(&plan, "ConfigMap", "edited").action, Action::Update);
+    assert_eq!(find(&plan, "ConfigMap", "deleted").action, Action::Create);
+    assert_eq!(
+        find(&plan, "ConfigMap", "unnamed").action,
+        Action::Unchanged,
+        "not named: not read"
+    );
+    assert!(plan.prune.is_empty(), "{:#?}", plan.prune);
+    assert_eq!(plan.kinds, vec!["v1/ConfigMap".to_string()]);
+    // No LIST of every ConfigMap: each named one is read by name.
+    let requests = kit.requests(mark);
+    let cm_reads: Vec<_> = requests
+        .iter()
+        .filter(|r| r.resource == "configmaps" && matches!(r.verb.as_str(), "list" | "get"))
+        .collect();
+    assert!(
+        cm_reads
+            .iter()
+            .all(|r| r.name.is_some() || r.uri.contains("fieldSelector=metadata.name")),
+        "{}",
+        describe(&requests)
+    );
+    assert!(kit.writes(mark).is_empty(), "{}", describe(&requests));
+
+    // The whole plan finds the edit of the object not named.
+    let whole = PlanOptions {
+        only: None,
+        ..options
+    };
+    let plan = kit.plan(&built, &whole).await;
+    assert_eq!(find(&plan, "ConfigMap", "unnamed").action, Action::Update);
+    kit.cleanup().await;
+}

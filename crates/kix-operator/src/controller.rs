@@ -108,10 +108,55 @@ pub struct Context {
     /// Record → the CRD refusal last published for it as an Event: the
     /// cached record can lag behind the condition written for it.
     pub crd_refusals: Mutex<BTreeMap<String, String>>,
+    /// Record → the objects its watches saw change since it was last
+    /// planned, and when it was last planned whole.
+    pub touched: Mutex<BTreeMap<String, Touched>>,
     /// Starts a reconcile of a record (the applied one, when a new build
     /// failed and it is current again).
     pub trigger:
         tokio::sync::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<Activation>>,
+}
+
+/// The objects of a record the watches saw change, since its last plan.
+#[derive(Debug, Default)]
+pub struct Touched {
+    pub objects: BTreeSet<kix_manifest::ObjectKey>,
+    /// When the record was last planned whole (all objects read).
+    pub planned_whole: Option<Instant>,
+}
+
+/// Most objects a repair reads one by one; past this, one LIST per kind.
+const SCOPED_MAX: usize = 64;
+
+/// The objects to plan for the upkeep of `record`: only those the watches
+/// saw change, unless a whole plan is due (a new build, none yet, or the
+/// resync interval passed since the last one), too many changed, or objects
+/// wait on finalizers (the record lists them all: a whole plan reports
+/// them). None: plan everything.
+fn scope(
+    ctx: &Context,
+    record: &Activation,
+    fresh: bool,
+) -> Option<BTreeSet<kix_manifest::ObjectKey>> {
+    let mut touched = ctx.touched.lock().ok()?;
+    let entry = touched.entry(record.name_any()).or_default();
+    let objects = std::mem::take(&mut entry.objects);
+    let recent = entry
+        .planned_whole
+        .is_some_and(|at| at.elapsed() < ctx.resync);
+    let deleting = record
+        .status
+        .as_ref()
+        .is_some_and(|s| !s.deleting.is_empty());
+    if !fresh && recent && !deleting && !objects.is_empty() && objects.len() <= SCOPED_MAX {
+        info!(
+            objects = objects.len(),
+            "planning the objects the watches saw change"
+        );
+        return Some(objects);
+    }
+    entry.planned_whole = Some(Instant::now());
+    None
 }
 
 #[instrument(skip(record, ctx), fields(activation = %record.name_any()))]
@@ -280,6 +325,9 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     }
 
     let fresh = matches!(phase, Phase::Pending | Phase::Applying | Phase::Failed) || spec_changed;
+    // Upkeep: what the watches saw change, each object read by name; the
+    // resync reads everything.
+    let only = scope(ctx, &record, fresh);
     let plan_options = PlanOptions {
         reconcile: !fresh,
         force_conflicts: true,
@@ -288,9 +336,18 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         yield_to_kix_clusters: true,
         prune: true,
         activation: Some(name.clone()),
+        only,
     };
     let mut plan =
         kix_engine::plan::plan(&ctx.client, &build, path.as_str(), &plan_options).await?;
+    if plan_options.only.is_some() && !kix_engine::prune::deleting_in(&plan).is_empty() {
+        // An object waits on finalizers: the record lists them all.
+        let whole = PlanOptions {
+            only: None,
+            ..plan_options
+        };
+        plan = kix_engine::plan::plan(&ctx.client, &build, path.as_str(), &whole).await?;
+    }
     // What the user confirmed is what happens: a destructive action the
     // record does not accept changes nothing.
     if fresh

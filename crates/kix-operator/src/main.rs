@@ -210,6 +210,7 @@ async fn main() -> anyhow::Result<()> {
             kinds: Default::default(),
             fights: Default::default(),
             crd_refusals: Default::default(),
+            touched: Default::default(),
             trigger: trigger_tx.clone(),
         });
         let watches = tokio::spawn(triggers::run(ctx.clone(), trigger_tx));

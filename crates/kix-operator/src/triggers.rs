@@ -75,6 +75,7 @@ pub async fn run(ctx: Arc<Context>, trigger: UnboundedSender<ObjectRef<Activatio
                             .unwrap_or_default();
                         for name in kix_api::labels::parse_activations(&annotation) {
                             if let Some(current) = current_record_for(&ctx, &name) {
+                                touch(&ctx, &current, &resource.api, &object);
                                 let _ = trigger.send(ObjectRef::new(&current));
                             }
                         }
@@ -144,6 +145,28 @@ fn object_key(object: &PartialObjectMeta<DynamicObject>) -> ObjectKey {
         meta.finalizers.clone().unwrap_or_default(),
         annotations.finish(),
     )
+}
+
+/// Notes that `object` changed, for the next repair of `record` to read.
+fn touch(
+    ctx: &Context,
+    record: &str,
+    resource: &kube::discovery::ApiResource,
+    object: &PartialObjectMeta<DynamicObject>,
+) {
+    let key = kix_manifest::ObjectKey {
+        group: resource.group.clone(),
+        kind: resource.kind.clone(),
+        namespace: object.metadata.namespace.clone(),
+        name: object.name_any(),
+    };
+    if let Ok(mut touched) = ctx.touched.lock() {
+        touched
+            .entry(record.to_string())
+            .or_default()
+            .objects
+            .insert(key);
+    }
 }
 
 /// The current operator record of the Kix cluster `activation` belongs to.

@@ -17,7 +17,7 @@ use support::*;
 async fn deploy_through_the_operator_then_drift_is_corrected() {
     let env = TestEnv::new("op-drift").await.expect("env");
     let dir = tempfile::tempdir().expect("tmp");
-    let _op = Operator::start(
+    let op = Operator::start(
         &env,
         &[&env.cluster],
         &kix_testkit::unique_name("lease"),
@@ -89,6 +89,14 @@ async fn deploy_through_the_operator_then_drift_is_corrected() {
     assert!(
         seen.iter().all(|p| *p == Some(Phase::Active)),
         "{name} left Active while its drift was corrected: {seen:?}"
+    );
+    // Within the resync interval, a repair reads only what its watches saw
+    // change, not every object of the build.
+    assert!(
+        op.log()
+            .contains("planning the objects the watches saw change"),
+        "no scoped repair:\n{}",
+        op.log()
     );
 }
 

@@ -247,6 +247,7 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
     drop(options);
     let _ = printer.await;
     let outcome = outcome?;
+    kix_engine::drop_later(build);
     match args.output {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&outcome)?),
         OutputFormat::Text => {

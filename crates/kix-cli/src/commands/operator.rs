@@ -142,6 +142,7 @@ pub fn plan_options() -> PlanOptions {
         yield_to_kix_clusters: true,
         prune: true,
         activation: None,
+        only: None,
     }
 }
 

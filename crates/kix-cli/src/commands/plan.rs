@@ -64,6 +64,7 @@ impl EngineArgs {
             yield_to_kix_clusters: false,
             prune: self.prune,
             activation: None,
+            only: None,
         }
     }
 }
