@@ -7,8 +7,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use kix_api::{
-    ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, ANNOTATION_PRUNE, LABEL_OWNER, PRUNE_DISABLED,
-    owner_value,
+    ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, ANNOTATION_PRUNE, LABEL_OWNER, LABEL_PACKAGE,
+    PRUNE_DISABLED, owner_value,
 };
 use kix_manifest::ObjectKey;
 use kube::api::{DynamicObject, ListParams};
@@ -224,18 +224,18 @@ struct LeanItem {
 }
 
 /// The keys of a string map that [`Picked`] keeps.
-trait Wanted {
+pub(crate) trait Wanted {
     const KEYS: &'static [&'static str];
 }
 
 /// kix's labels of a listed object.
-struct KixLabels;
+pub(crate) struct KixLabels;
 impl Wanted for KixLabels {
-    const KEYS: &'static [&'static str] = &[LABEL_OWNER];
+    const KEYS: &'static [&'static str] = &[LABEL_OWNER, LABEL_PACKAGE];
 }
 
 /// kix's annotations of a listed object.
-struct KixAnnotations;
+pub(crate) struct KixAnnotations;
 impl Wanted for KixAnnotations {
     const KEYS: &'static [&'static str] =
         &[ANNOTATION_DIGEST, ANNOTATION_ACTIVATIONS, ANNOTATION_PRUNE];
@@ -243,13 +243,13 @@ impl Wanted for KixAnnotations {
 
 /// The values of `W::KEYS` in a JSON map of strings, in that order; other
 /// entries are skipped unread (a map per object was 1 KB at 50,000 objects).
-struct Picked<W> {
+pub(crate) struct Picked<W> {
     values: Vec<Option<String>>,
     wanted: std::marker::PhantomData<W>,
 }
 
 impl<W: Wanted> Picked<W> {
-    fn get(&self, key: &str) -> Option<&str> {
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
         let index = W::KEYS.iter().position(|k| *k == key)?;
         self.values.get(index)?.as_deref()
     }

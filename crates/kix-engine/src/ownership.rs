@@ -455,24 +455,17 @@ fn entries(live: &Value) -> impl Iterator<Item = Entry<'_>> {
 /// on `live`, with who owns them now. Before the take-over from
 /// [`LEGACY_FIELD_MANAGER`], that manager's fields count as kix's.
 pub fn drifted_fields(manifest: &Value, live: &Value, manager: &str) -> Vec<DriftedField> {
-    let taken_over = entries(live).any(|e| e.manager == manager && e.operation == "Apply");
-    let kix = if taken_over {
-        manager
-    } else {
-        LEGACY_FIELD_MANAGER
-    };
-    let ours = |m: &str| m == kix;
+    let kix = kix_manager(entries(live).map(|e| (e.manager, e.operation)), manager);
+    let ours = |e: &Entry| e.manager == kix && e.operation == "Apply";
     let empty = Map::new();
     let mine = entries(live)
-        .find(|e| ours(e.manager) && e.operation == "Apply" && e.subresource.is_none())
+        .find(|e| ours(e) && e.subresource.is_none())
         .map(|e| e.fields.unwrap_or(&empty));
-    let mut unowned = Vec::new();
-    walk(manifest, mine, &mut Vec::new(), &mut unowned);
-    unowned
+    unowned(manifest, mine)
         .into_iter()
         .map(|steps| {
             let mut by: Vec<String> = entries(live)
-                .filter(|e| !(ours(e.manager) && e.operation == "Apply"))
+                .filter(|e| !ours(e))
                 .filter(|e| e.fields.is_some_and(|f| owns(f, &steps)))
                 .map(|e| e.manager.to_owned())
                 .collect();
@@ -485,6 +478,33 @@ pub fn drifted_fields(manifest: &Value, live: &Value, manager: &str) -> Vec<Drif
             }
         })
         .collect()
+}
+
+/// The manager whose Apply entry holds kix's fields on an object with
+/// these managedFields entries (manager, operation): `manager` once it
+/// has applied, [`LEGACY_FIELD_MANAGER`] before the take-over.
+pub(crate) fn kix_manager<'m>(
+    mut entries: impl Iterator<Item = (&'m str, &'m str)>,
+    manager: &'m str,
+) -> &'m str {
+    if entries.any(|(m, operation)| m == manager && operation == "Apply") {
+        manager
+    } else {
+        LEGACY_FIELD_MANAGER
+    }
+}
+
+/// Whether the field set `owned` (kix's applied fields; `None`: it has
+/// none) covers every field of `manifest` that drift considers: the fast
+/// answer of [`drifted_fields`], with no live object at hand.
+pub(crate) fn owns_manifest(manifest: &Value, owned: Option<&Map<String, Value>>) -> bool {
+    unowned(manifest, owned).is_empty()
+}
+
+fn unowned<'a>(manifest: &'a Value, owned: Option<&Map<String, Value>>) -> Vec<Vec<Step<'a>>> {
+    let mut out = Vec::new();
+    walk(manifest, owned, &mut Vec::new(), &mut out);
+    out
 }
 
 /// One step into a manifest: a field, or a list item (with its value, which
@@ -515,11 +535,20 @@ fn render(steps: &[Step]) -> String {
 /// kix's own annotations (contested between the Kix clusters sharing an
 /// object by design).
 fn ignored(steps: &[Step]) -> bool {
-    let path = render(steps);
-    matches!(
-        path.as_str(),
-        "apiVersion" | "kind" | "status" | "metadata.name" | "metadata.namespace"
-    ) || path.starts_with("metadata.annotations.kix.run/")
+    // Matched step by step: rendering the path of every node cost more
+    // than the rest of the walk.
+    let field = |i: usize| match steps.get(i) {
+        Some(Step::Field(name)) => Some(*name),
+        _ => None,
+    };
+    match (steps.len(), field(0), field(1)) {
+        (1, Some("apiVersion" | "kind" | "status"), _) => true,
+        (2, Some("metadata"), Some("name" | "namespace")) => true,
+        (3.., Some("metadata"), Some("annotations")) => {
+            field(2).is_some_and(|key| key.starts_with("kix.run/"))
+        }
+        _ => false,
+    }
 }
 
 /// Collects the paths under `value` that `node` (the owned set at this

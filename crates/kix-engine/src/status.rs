@@ -25,12 +25,14 @@ use kube::discovery::ApiResource;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::desired::{Desired, desired_objects};
 use crate::error::{EngineError, Result};
 use crate::health::{Health, health};
-use crate::live::{activation_clusters, belongs_to};
+use crate::live::{KixAnnotations, KixLabels, Picked, activation_clusters, belongs_to};
+use crate::ownership;
 use crate::records;
 use crate::resources::Resources;
 
@@ -306,7 +308,8 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
     // verdict is kept: holding every full object (managedFields and all)
     // until the end took most of the memory at 50,000 objects.
     let by_key: HashMap<&ObjectKey, &Desired> = desired.iter().map(|d| (&d.key, d)).collect();
-    let judge = |l: Seen, value: &Value| -> Option<Judged> {
+    let judge = |item: &Item| -> Option<Judged> {
+        let l = item.seen();
         let mine = l.owned
             && l.activations
                 .iter()
@@ -315,8 +318,10 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             return None;
         }
         let verdict = match by_key.get(&l.key) {
-            Some(d) => desired_health(d, &l, value),
-            None => deleting_health(value).unwrap_or_else(|| live_health(value)),
+            Some(d) => desired_health(d, &l, item),
+            None => item
+                .deleting_health()
+                .unwrap_or_else(|| live_health(&item.health_view())),
         };
         Some(Judged {
             key: l.key,
@@ -438,7 +443,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
 /// about the build. A field is drifted when kix's field manager no longer
 /// owns it ([`crate::ownership::drifted_fields`]); the digest of an object
 /// several Kix clusters share is the one that applied it last.
-fn desired_health(d: &Desired, l: &Seen, value: &Value) -> (HealthState, Option<String>) {
+fn desired_health(d: &Desired, l: &Seen, item: &Item) -> (HealthState, Option<String>) {
     let shared = l.activations.len() > 1;
     if l.digest.as_deref() != Some(d.digest.as_str()) && !shared {
         return (
@@ -447,7 +452,15 @@ fn desired_health(d: &Desired, l: &Seen, value: &Value) -> (HealthState, Option<
         );
     }
     let manager = kix_api::field_manager(&d.cluster);
-    let fields = crate::ownership::drifted_fields(&d.manifest(), value, &manager);
+    let manifest = d.manifest();
+    // Most objects: kix owns all it applied, which its own managedFields
+    // entry answers. Only a drifted one is read whole, to say who
+    // changed what.
+    let fields = if ownership::owns_manifest(&manifest, item.kix_fields(&manager).as_ref()) {
+        vec![]
+    } else {
+        ownership::drifted_fields(&manifest, &item.whole(), &manager)
+    };
     if !fields.is_empty() {
         let shown: Vec<String> = fields.iter().take(3).map(ToString::to_string).collect();
         let more = if fields.len() > 3 {
@@ -463,30 +476,7 @@ fn desired_health(d: &Desired, l: &Seen, value: &Value) -> (HealthState, Option<
             )),
         );
     }
-    live_health(value)
-}
-
-/// An object with a deletionTimestamp: Deleting, with its finalizers and
-/// how long it has waited.
-fn deleting_health(value: &Value) -> Option<(HealthState, Option<String>)> {
-    let meta = &value["metadata"];
-    let finalizers: Vec<String> = meta["finalizers"]
-        .as_array()
-        .map(|list| {
-            list.iter()
-                .filter_map(|f| f.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    let deletion = crate::live::Deletion::of(meta["deletionTimestamp"].as_str(), &finalizers)?;
-    let waited = deletion
-        .waited()
-        .map(|w| format!(" for {w}"))
-        .unwrap_or_default();
-    Some((
-        HealthState::Deleting,
-        Some(format!("{}{waited}", deletion.describe())),
-    ))
+    live_health(&item.health_view())
 }
 
 fn live_health(value: &Value) -> (HealthState, Option<String>) {
@@ -497,8 +487,7 @@ fn live_health(value: &Value) -> (HealthState, Option<String>) {
     }
 }
 
-/// What a live object kix labelled says of itself (the full object is
-/// looked at once, while its page is at hand).
+/// What a live object kix labelled says of itself.
 struct Seen {
     key: ObjectKey,
     api_version: String,
@@ -506,6 +495,186 @@ struct Seen {
     digest: Option<String>,
     activations: std::collections::BTreeSet<String>,
     package: Option<String>,
+}
+
+/// One listed object, read lean: its metadata typed (kix's labels and
+/// annotations, the managers without their field sets), its spec and
+/// status left as text until health reads them, and its whole text for
+/// the rare object found drifted. A `Value` of every full object, built
+/// and then freed, was most of `kix status`'s time at 50,000 objects.
+struct Item<'a> {
+    resource: &'a ApiResource,
+    namespaced: bool,
+    text: &'a RawValue,
+    lean: Listed<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct Listed<'a> {
+    #[serde(borrow)]
+    metadata: ListedMeta<'a>,
+    #[serde(borrow)]
+    spec: Option<&'a RawValue>,
+    #[serde(borrow)]
+    status: Option<&'a RawValue>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListedMeta<'a> {
+    name: Option<String>,
+    namespace: Option<String>,
+    labels: Option<Picked<KixLabels>>,
+    annotations: Option<Picked<KixAnnotations>>,
+    creation_timestamp: Option<String>,
+    deletion_timestamp: Option<String>,
+    generation: Option<i64>,
+    finalizers: Option<Vec<String>>,
+    #[serde(borrow)]
+    managed_fields: Option<Vec<ListedManager<'a>>>,
+}
+
+/// A managedFields entry, its field set as text.
+#[derive(serde::Deserialize)]
+struct ListedManager<'a> {
+    manager: Option<String>,
+    operation: Option<String>,
+    subresource: Option<String>,
+    #[serde(borrow, rename = "fieldsV1")]
+    fields: Option<&'a RawValue>,
+}
+
+impl<'a> Item<'a> {
+    fn read(
+        text: &'a RawValue,
+        resource: &'a ApiResource,
+        namespaced: bool,
+    ) -> serde_json::Result<Item<'a>> {
+        Ok(Item {
+            resource,
+            namespaced,
+            text,
+            lean: serde_json::from_str(text.get())?,
+        })
+    }
+
+    fn seen(&self) -> Seen {
+        let meta = &self.lean.metadata;
+        let key = ObjectKey {
+            group: self.resource.group.clone(),
+            kind: self.resource.kind.clone(),
+            namespace: meta.namespace.clone().filter(|_| self.namespaced),
+            name: meta.name.clone().unwrap_or_default(),
+        };
+        let label = |k| meta.labels.as_ref().and_then(|l| l.get(k));
+        let annotation = |k| meta.annotations.as_ref().and_then(|a| a.get(k));
+        Seen {
+            owned: label(LABEL_OWNER).is_some_and(|v| {
+                v == owner_value(&key.group, &key.kind, key.namespace.as_deref(), &key.name)
+            }),
+            digest: annotation(ANNOTATION_DIGEST).map(str::to_string),
+            activations: annotation(ANNOTATION_ACTIVATIONS)
+                .map(kix_api::labels::parse_activations)
+                .unwrap_or_default(),
+            package: label(LABEL_PACKAGE).map(str::to_string),
+            api_version: self.resource.api_version.clone(),
+            key,
+        }
+    }
+
+    /// What health reads of an object: its type, metadata's timestamps
+    /// and generation, spec and status.
+    fn health_view(&self) -> Value {
+        let meta = &self.lean.metadata;
+        let mut metadata = serde_json::Map::new();
+        let fields = [
+            (
+                "creationTimestamp",
+                meta.creation_timestamp.clone().map(Value::from),
+            ),
+            (
+                "deletionTimestamp",
+                meta.deletion_timestamp.clone().map(Value::from),
+            ),
+            ("generation", meta.generation.map(Value::from)),
+        ];
+        for (name, value) in fields {
+            if let Some(value) = value {
+                metadata.insert(name.into(), value);
+            }
+        }
+        let mut view = serde_json::Map::new();
+        view.insert(
+            "apiVersion".into(),
+            self.resource.api_version.clone().into(),
+        );
+        view.insert("kind".into(), self.resource.kind.clone().into());
+        view.insert("metadata".into(), Value::Object(metadata));
+        for (name, text) in [("spec", self.lean.spec), ("status", self.lean.status)] {
+            if let Some(value) = text.and_then(|t| serde_json::from_str(t.get()).ok()) {
+                view.insert(name.into(), value);
+            }
+        }
+        Value::Object(view)
+    }
+
+    /// The field set of kix's Apply entry (see [`ownership::kix_manager`]);
+    /// None when it has none.
+    fn kix_fields(&self, manager: &str) -> Option<serde_json::Map<String, Value>> {
+        let entries = self
+            .lean
+            .metadata
+            .managed_fields
+            .as_deref()
+            .unwrap_or_default();
+        let text = |s: &Option<String>| s.clone().unwrap_or_default();
+        let named: Vec<(String, String, String)> = entries
+            .iter()
+            .map(|e| (text(&e.manager), text(&e.operation), text(&e.subresource)))
+            .collect();
+        let kix = ownership::kix_manager(
+            named.iter().map(|(m, o, _)| (m.as_str(), o.as_str())),
+            manager,
+        );
+        let index = named
+            .iter()
+            .position(|(m, o, sub)| m == kix && o == "Apply" && sub.is_empty())?;
+        Some(
+            entries[index]
+                .fields
+                .and_then(|f| serde_json::from_str(f.get()).ok())
+                .unwrap_or_default(),
+        )
+    }
+
+    /// The whole object, apiVersion and kind added (list items carry none).
+    fn whole(&self) -> Value {
+        let mut value: Value = serde_json::from_str(self.text.get()).unwrap_or(Value::Null);
+        if let Some(map) = value.as_object_mut() {
+            map.insert(
+                "apiVersion".into(),
+                self.resource.api_version.clone().into(),
+            );
+            map.insert("kind".into(), self.resource.kind.clone().into());
+        }
+        value
+    }
+
+    /// Deleting, with its finalizers and how long it has waited, when it
+    /// has a deletionTimestamp.
+    fn deleting_health(&self) -> Option<(HealthState, Option<String>)> {
+        let meta = &self.lean.metadata;
+        let finalizers = meta.finalizers.clone().unwrap_or_default();
+        let deletion = crate::live::Deletion::of(meta.deletion_timestamp.as_deref(), &finalizers)?;
+        let waited = deletion
+            .waited()
+            .map(|w| format!(" for {w}"))
+            .unwrap_or_default();
+        Some((
+            HealthState::Deleting,
+            Some(format!("{}{waited}", deletion.describe())),
+        ))
+    }
 }
 
 /// A live object of this Kix cluster, judged.
@@ -519,11 +688,12 @@ struct Judged {
 /// Objects per LIST page. 500 took 100 round trips at 50,000 objects.
 const PAGE: u32 = 2_000;
 
-/// The items of a LIST page, as JSON (apiVersion and kind are added).
+/// The items of a LIST page, as text.
 #[derive(serde::Deserialize)]
-struct Page {
+struct Page<'a> {
     /// `null` when the list is empty.
-    items: Option<Vec<Value>>,
+    #[serde(borrow)]
+    items: Option<Vec<&'a RawValue>>,
 }
 
 /// Pages a listing fetches before they are judged: bounds the memory
@@ -588,7 +758,7 @@ impl Listing {
     /// Each object handed to `judge` as its page is read, and dropped.
     async fn judged(
         mut self,
-        judge: &(dyn Fn(Seen, &Value) -> Option<Judged> + Sync),
+        judge: &(dyn Fn(&Item) -> Option<Judged> + Sync),
     ) -> Result<Vec<Judged>> {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut out = Vec::new();
@@ -621,24 +791,17 @@ impl Listing {
     fn judge_page(
         &self,
         text: &str,
-        judge: &(dyn Fn(Seen, &Value) -> Option<Judged> + Sync),
+        judge: &(dyn Fn(&Item) -> Option<Judged> + Sync),
     ) -> Result<Vec<Judged>> {
-        let page: Page = serde_json::from_str(text).map_err(|e| EngineError::List {
+        let list_error = |e| EngineError::List {
             kind: self.resource.kind.clone(),
             source: kube::Error::SerdeError(e),
-        })?;
+        };
+        let page: Page = serde_json::from_str(text).map_err(list_error)?;
         let mut out = Vec::new();
-        for mut value in page.items.unwrap_or_default() {
-            // List items carry no type.
-            if let Some(map) = value.as_object_mut() {
-                map.insert(
-                    "apiVersion".into(),
-                    Value::String(self.resource.api_version.clone()),
-                );
-                map.insert("kind".into(), Value::String(self.resource.kind.clone()));
-            }
-            let seen = seen(&value, &self.resource, self.namespaced);
-            out.extend(judge(seen, &value));
+        for text in page.items.unwrap_or_default() {
+            let item = Item::read(text, &self.resource, self.namespaced).map_err(list_error)?;
+            out.extend(judge(&item));
         }
         Ok(out)
     }
@@ -677,32 +840,146 @@ async fn fetch_page(
     }
 }
 
-fn seen(value: &Value, resource: &ApiResource, namespaced: bool) -> Seen {
-    let meta = &value["metadata"];
-    let text = |v: &Value| v.as_str().map(str::to_string);
-    let key = ObjectKey {
-        group: resource.group.clone(),
-        kind: resource.kind.clone(),
-        namespace: if namespaced {
-            text(&meta["namespace"])
-        } else {
-            None
-        },
-        name: text(&meta["name"]).unwrap_or_default(),
-    };
-    let labels = &meta["labels"];
-    let annotations = &meta["annotations"];
-    Seen {
-        owned: labels[LABEL_OWNER].as_str().is_some_and(|v| {
-            v == owner_value(&key.group, &key.kind, key.namespace.as_deref(), &key.name)
-        }),
-        digest: text(&annotations[ANNOTATION_DIGEST]),
-        activations: annotations[ANNOTATION_ACTIVATIONS]
-            .as_str()
-            .map(kix_api::labels::parse_activations)
-            .unwrap_or_default(),
-        package: text(&labels[LABEL_PACKAGE]),
-        api_version: resource.api_version.clone(),
-        key,
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::health;
+    use serde_json::json;
+
+    fn resource(api_version: &str, kind: &str) -> ApiResource {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+            plural: format!("{}s", kind.to_lowercase()),
+        }
+    }
+
+    /// `object` as a LIST returns it: without apiVersion and kind.
+    fn listed(object: &Value) -> Box<RawValue> {
+        let mut item = object.clone();
+        let map = item.as_object_mut().expect("an object");
+        map.remove("apiVersion");
+        map.remove("kind");
+        RawValue::from_string(item.to_string()).expect("JSON")
+    }
+
+    fn with<'a>(object: &Value, text: &'a RawValue, r: &'a ApiResource) -> Item<'a> {
+        Item::read(text, r, object["metadata"]["namespace"].is_string()).expect("reads")
+    }
+
+    #[test]
+    fn the_lean_view_judges_health_as_the_whole_object_does() {
+        let meta = |extra: Value| {
+            let mut m = json!({"name": "o", "namespace": "n", "uid": "u", "resourceVersion": "7",
+                "labels": {"app": "x"}, "annotations": {"note": "\"quoted\" \u{e9}"},
+                "managedFields": [{"manager": "kix/a", "operation": "Apply", "fieldsV1": {"f:data": {}}}]});
+            for (k, v) in extra.as_object().expect("map") {
+                m[k] = v.clone();
+            }
+            m
+        };
+        let cond =
+            |t: &str, s: &str| json!({"type": t, "status": s, "reason": "R", "message": "M"});
+        let corpus = [
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(json!({})), "data": {"a": "b"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "b"},
+                "metadata": meta(json!({"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["x.io/hold"]}))}),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(json!({"generation": 3})),
+                "spec": {"replicas": 2}, "status": {"observedGeneration": 2}}),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(json!({"generation": 2})),
+                "spec": {"replicas": 2}, "status": {"observedGeneration": 2, "replicas": 2,
+                    "updatedReplicas": 2, "readyReplicas": 1, "availableReplicas": 1}}),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(json!({"generation": 2})),
+                "spec": {"replicas": 1}, "status": {"observedGeneration": 2, "replicas": 1,
+                    "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}}),
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": meta(json!({"creationTimestamp": "2020-01-01T00:00:00Z"})),
+                "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Pending",
+                    "conditions": [cond("PodScheduled", "False")]}}),
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(json!({})),
+                "status": {"conditions": [cond("Failed", "True")]}}),
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": meta(json!({})),
+                "spec": {"type": "LoadBalancer"}, "status": {"loadBalancer": {}}}),
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": meta(json!({})),
+                "status": {"conditions": [cond("Ready", "False")]}}),
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": meta(json!({})),
+                "status": {"conditions": [cond("Stalled", "True")]}}),
+        ];
+        for object in corpus {
+            let r = resource(
+                object["apiVersion"].as_str().expect("v"),
+                object["kind"].as_str().expect("k"),
+            );
+            let text = listed(&object);
+            let item = with(&object, &text, &r);
+            assert_eq!(health(&item.health_view()), health(&object), "{object:#}");
+            assert_eq!(item.whole(), object);
+        }
+    }
+
+    #[test]
+    fn kix_field_set_agrees_with_the_drift_of_the_whole_object() {
+        let manifest = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "o", "namespace": "n", "labels": {"app": "x"},
+                "annotations": {"kix.run/digest": "d"}},
+            "data": {"x": "1", "y": "2"}});
+        let all =
+            json!({"f:data": {"f:x": {}, "f:y": {}}, "f:metadata": {"f:labels": {"f:app": {}}}});
+        let no_y = json!({"f:data": {"f:x": {}}, "f:metadata": {"f:labels": {"f:app": {}}}});
+        let entry = |manager: &str, operation: &str, fields: &Value| json!({"manager": manager, "operation": operation, "fieldsV1": fields});
+        let cases = [
+            (json!([entry("kix/a", "Apply", &all)]), true),
+            (json!([entry("kix", "Apply", &all)]), true),
+            (
+                json!([entry("kix", "Apply", &all), entry("kix/a", "Apply", &no_y)]),
+                false,
+            ),
+            (
+                json!([
+                    entry("kix/a", "Apply", &no_y),
+                    entry("kubectl", "Update", &json!({"f:data": {"f:y": {}}}))
+                ]),
+                false,
+            ),
+            (json!([entry("kix/a", "Apply", &no_y)]), false),
+            (json!([entry("kix/a", "Update", &all)]), false),
+            (
+                json!([{"manager": "kix/a", "operation": "Apply", "subresource": "status", "fieldsV1": all}]),
+                false,
+            ),
+            (json!([{"manager": "kix/a", "operation": "Apply"}]), false),
+            (json!([]), false),
+        ];
+        for (entries, owned) in cases {
+            let mut object = manifest.clone();
+            object["metadata"]["managedFields"] = entries;
+            object["data"]["y"] = json!("changed");
+            let r = resource("v1", "ConfigMap");
+            let text = listed(&object);
+            let item = with(&object, &text, &r);
+            let fast = ownership::owns_manifest(&manifest, item.kix_fields("kix/a").as_ref());
+            let whole = ownership::drifted_fields(&manifest, &item.whole(), "kix/a");
+            assert_eq!(fast, owned, "{object:#}");
+            assert_eq!(fast, whole.is_empty(), "{object:#}: {whole:?}");
+        }
+    }
+
+    #[test]
+    fn kix_labels_and_annotations_are_read_with_escapes() {
+        let r = resource("v1", "ConfigMap");
+        let owner = owner_value("", "ConfigMap", Some("n"), "o");
+        let text = format!(
+            r#"{{"metadata": {{"name": "o", "namespace": "n", "labels": {{"{LABEL_OWNER}": "{owner}",
+            "{LABEL_PACKAGE}": "p\u0031", "other": null}}, "annotations": {{"{ANNOTATION_DIGEST}": "d\"q"}}}}}}"#
+        );
+        let text = RawValue::from_string(text).expect("JSON");
+        let seen = Item::read(&text, &r, true).expect("reads").seen();
+        assert!(seen.owned);
+        assert_eq!(seen.package.as_deref(), Some("p1"));
+        assert_eq!(seen.digest.as_deref(), Some("d\"q"));
+        assert_eq!(seen.key.namespace.as_deref(), Some("n"));
     }
 }
