@@ -119,6 +119,88 @@ async fn status_shows_health_missing_drifted_and_extra_objects() {
     assert!(text.contains("cannot be read"), "{text}");
 }
 
+/// ConfigMaps and Secrets are listed as metadata only; what drifted on
+/// one (changed, removed, or owned by no one, which only the whole object
+/// tells from removed) is said as for any other kind.
+#[tokio::test]
+async fn status_says_what_drifted_on_objects_listed_as_metadata() {
+    let kix = Kix::new("status-meta").await;
+    let secret = "---\napiVersion: v1\nkind: Secret\nmetadata: {name: s}\ndata: {token: YQ==}\n";
+    let objects = ["a", "b", "c", "d"]
+        .iter()
+        .map(|name| configmap(name, "1"))
+        .collect::<String>()
+        + secret;
+    let v1 = kix.tree("v1", &objects, serde_json::json!({}));
+    kix.deploy(&v1, &[]).ok();
+
+    let patch = |kind: &str, name: &str, how: &str, patch: &str| {
+        kix.kubectl(&["patch", kind, "-n", kix.ns(), name, how, "-p", patch]);
+    };
+    patch(
+        "configmap",
+        "a",
+        "--type=merge",
+        r#"{"data":{"v":"edited"}}"#,
+    );
+    patch("configmap", "b", "--type=merge", r#"{"data":{"v":null}}"#);
+    // c keeps data.v, but kix's entry no longer owns it (nor does anyone).
+    let c = kix_testkit::kubectl_output(&[
+        "get",
+        "configmap",
+        "-n",
+        kix.ns(),
+        "c",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ])
+    .expect("reading c");
+    let mut entries: serde_json::Value = serde_json::from_str::<serde_json::Value>(&c)
+        .expect("JSON")["metadata"]["managedFields"]
+        .clone();
+    for entry in entries.as_array_mut().expect("entries") {
+        entry["fieldsV1"]
+            .as_object_mut()
+            .expect("fields")
+            .remove("f:data");
+    }
+    let unowned =
+        serde_json::json!([{"op": "replace", "path": "/metadata/managedFields", "value": entries}]);
+    patch("configmap", "c", "--type=json", &unowned.to_string());
+    patch(
+        "secret",
+        "s",
+        "--type=merge",
+        r#"{"data":{"token":"Yg=="}}"#,
+    );
+
+    let status = kix
+        .kix(&["status", kix.cluster(), "-o", "json"])
+        .ok()
+        .json();
+    let reason = |name: &str| {
+        let o = object(&status, name);
+        assert_eq!(o["health"], "Drifted", "{name}: {status:#}");
+        o["reason"].as_str().unwrap_or_default().to_string()
+    };
+    assert!(
+        reason("a").contains("data.v (changed by kubectl-patch)"),
+        "{status:#}"
+    );
+    assert!(reason("b").contains("data.v (removed)"), "{status:#}");
+    assert_eq!(
+        reason("c"),
+        "changed since kix applied it: data.v (no field manager owns it)"
+    );
+    assert!(
+        reason("s").contains("data.token (changed by kubectl-patch)"),
+        "{status:#}"
+    );
+    assert_eq!(object(&status, "d")["health"], "Ready");
+    assert_eq!(status["counts"]["Drifted"], 4);
+}
+
 #[tokio::test]
 async fn status_of_a_cluster_without_activations() {
     let kix = Kix::new("status-none").await;

@@ -140,7 +140,10 @@ fn desired_object(build: &Build, object: &Object, resource: Arc<Resource>) -> De
         api_version: object.api_version.clone(),
         package: object.package.clone(),
         resource,
-        manifest: manifest.to_string().into_boxed_str(),
+        // Written straight to text (`Display` goes through a formatter).
+        manifest: serde_json::to_string(&manifest)
+            .unwrap_or_default()
+            .into_boxed_str(),
         handed_off,
         digest,
         source: object.source.clone(),

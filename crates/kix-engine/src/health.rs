@@ -139,6 +139,13 @@ pub fn health_at(obj: &Value, now: DateTime<Utc>) -> Health {
     }
 }
 
+/// Kinds whose health reads nothing but their metadata (they have neither
+/// spec nor status): a metadata-only read judges them, which spares the
+/// apiserver and kix their payloads (and `kix status` a Secret's values).
+pub fn judged_by_metadata(group: &str, kind: &str) -> bool {
+    matches!((group, kind), ("", "ConfigMap" | "Secret"))
+}
+
 // ---------------------------------------------------------------- generic
 
 fn generic(obj: &Value) -> Option<Health> {
@@ -449,7 +456,7 @@ fn container_statuses<'a>(
         .into_iter()
         .flatten()
         .map(|cs| {
-            let waiting = cs.pointer("/state/waiting").unwrap_or(&Value::Null);
+            let waiting = at(cs, "/state/waiting").unwrap_or(&Value::Null);
             (
                 str_field(cs, "name"),
                 str_field(waiting, "reason"),
@@ -521,12 +528,26 @@ fn pending_termination(extra: i64) -> String {
     }
 }
 
+/// The value at a JSON pointer whose steps need no unescaping (this
+/// module's own literals): `Value::pointer` allocates two strings per step,
+/// which was most of judging a ConfigMap's health.
+fn at<'a>(obj: &'a Value, pointer: &str) -> Option<&'a Value> {
+    pointer
+        .split('/')
+        .skip(1)
+        .try_fold(obj, |value, step| match value {
+            Value::Object(map) => map.get(step),
+            Value::Array(items) => items.get(step.parse::<usize>().ok()?),
+            _ => None,
+        })
+}
+
 fn str_at<'a>(obj: &'a Value, pointer: &str) -> Option<&'a str> {
-    obj.pointer(pointer).and_then(Value::as_str)
+    at(obj, pointer).and_then(Value::as_str)
 }
 
 fn int_at(obj: &Value, pointer: &str) -> Option<i64> {
-    obj.pointer(pointer).and_then(Value::as_i64)
+    at(obj, pointer).and_then(Value::as_i64)
 }
 
 /// A `status` count, 0 when absent (the controllers omit zero values).
@@ -560,7 +581,7 @@ impl Cond<'_> {
 }
 
 fn conditions(obj: &Value) -> Vec<Cond<'_>> {
-    obj.pointer("/status/conditions")
+    at(obj, "/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -754,6 +775,32 @@ mod tests {
         let other = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
             "status": {"conditions": [cond("Synced", "False", "", "")]}});
         assert_eq!(h(other), Health::Ready);
+    }
+
+    #[test]
+    fn kinds_judged_by_metadata_need_nothing_else() {
+        for kind in ["ConfigMap", "Secret"] {
+            assert!(judged_by_metadata("", kind));
+            for meta in [
+                json!({"name": "x"}),
+                json!({"name": "x", "deletionTimestamp": "2026-01-01T00:00:00Z"}),
+            ] {
+                let only = json!({"apiVersion": "v1", "kind": kind, "metadata": meta});
+                let mut whole = only.clone();
+                whole["data"] = json!({"a": "b"});
+                whole["type"] = json!("Opaque");
+                whole["immutable"] = json!(true);
+                assert_eq!(h(whole), h(only));
+            }
+        }
+        for (group, kind) in [
+            ("", "Service"),
+            ("", "Pod"),
+            ("apps", "Deployment"),
+            ("x.io", "ConfigMap"),
+        ] {
+            assert!(!judged_by_metadata(group, kind), "{group}/{kind}");
+        }
     }
 
     #[test]
