@@ -152,23 +152,25 @@ fn desired_object(build: &Build, object: &Object, resource: Arc<Resource>) -> De
 
 /// Adds kix's labels, computes the digest, adds the digest annotation.
 fn stamp(manifest: &mut Value, key: &ObjectKey, package: &str) -> String {
-    let meta = &mut manifest["metadata"];
-    if !meta["labels"].is_object() {
-        meta["labels"] = json!({});
-    }
-    meta["labels"][LABEL_MANAGED_BY] = json!(MANAGED_BY_VALUE);
-    meta["labels"][LABEL_PACKAGE] = json!(package);
-    meta["labels"][LABEL_OWNER] = json!(owner_value(
-        &key.group,
-        &key.kind,
-        key.namespace.as_deref(),
-        &key.name
-    ));
+    // Each map is looked up once (a key is hashed on every index).
+    let labels = object_at(manifest, "labels");
+    labels.insert(LABEL_MANAGED_BY.into(), json!(MANAGED_BY_VALUE));
+    labels.insert(LABEL_PACKAGE.into(), json!(package));
+    let owner = owner_value(&key.group, &key.kind, key.namespace.as_deref(), &key.name);
+    labels.insert(LABEL_OWNER.into(), json!(owner));
     let digest = canonical_digest(manifest);
-    let meta = &mut manifest["metadata"];
-    if !meta["annotations"].is_object() {
-        meta["annotations"] = json!({});
-    }
-    meta["annotations"][ANNOTATION_DIGEST] = json!(digest);
+    object_at(manifest, "annotations").insert(ANNOTATION_DIGEST.into(), json!(digest));
     digest
+}
+
+/// The map `metadata.<field>` of `manifest`, made one if it is not.
+fn object_at<'m>(manifest: &'m mut Value, field: &str) -> &'m mut serde_json::Map<String, Value> {
+    let value = &mut manifest["metadata"][field];
+    if !value.is_object() {
+        *value = json!({});
+    }
+    match value {
+        Value::Object(map) => map,
+        _ => unreachable!("made a map above"),
+    }
 }

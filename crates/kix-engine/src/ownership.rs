@@ -571,37 +571,63 @@ fn walk<'a>(
     if node.is_some_and(|n| n.keys().all(|k| k == ".")) && !steps.is_empty() {
         return;
     }
-    let children: Vec<(Step<'a>, &'a Value)> = match value {
-        Value::Object(map) if !map.is_empty() => map
-            .iter()
-            .map(|(k, v)| (Step::Field(k.as_str()), v))
-            .collect(),
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (Step::Item(i, v), v))
-            .collect(),
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            for (k, child) in map {
+                descend(Step::Field(k.as_str()), child, node, steps, out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                descend(Step::Item(i, child), child, node, steps, out);
+            }
+        }
         _ => {
             if node.is_none() {
                 out.push(steps.clone());
             }
-            return;
         }
-    };
-    for (step, child) in children {
-        let child_node = node.and_then(|n| child_of(n, step));
-        steps.push(step);
-        walk(child, child_node, steps, out);
-        steps.pop();
     }
+}
+
+fn descend<'a>(
+    step: Step<'a>,
+    child: &'a Value,
+    node: Option<&Map<String, Value>>,
+    steps: &mut Vec<Step<'a>>,
+    out: &mut Vec<Vec<Step<'a>>>,
+) {
+    let child_node = node.and_then(|n| child_of(n, step));
+    steps.push(step);
+    walk(child, child_node, steps, out);
+    steps.pop();
 }
 
 /// The set node of `step` below `node`.
 fn child_of<'n>(node: &'n Map<String, Value>, step: Step) -> Option<&'n Map<String, Value>> {
     match step {
-        Step::Field(name) => node.get(&format!("f:{name}")).and_then(Value::as_object),
+        Step::Field(name) => field_of(node, name),
         Step::Item(index, item) => item_of(node, index, item),
     }
+}
+
+/// The set node of field `name` (`f:<name>`): the key is spelled on the
+/// stack, not allocated, for the usual short names.
+fn field_of<'n>(node: &'n Map<String, Value>, name: &str) -> Option<&'n Map<String, Value>> {
+    let mut spelled = [0u8; 128];
+    let key = match spelled.get_mut(..name.len() + 2) {
+        Some(key) => {
+            key[..2].copy_from_slice(b"f:");
+            key[2..].copy_from_slice(name.as_bytes());
+            std::str::from_utf8(key).ok()
+        }
+        None => None,
+    };
+    match key {
+        Some(key) => node.get(key),
+        None => node.get(&format!("f:{name}")),
+    }
+    .and_then(Value::as_object)
 }
 
 /// The set node of a list item: by its keys (`k:{"name":"web"}`; a key

@@ -9,7 +9,9 @@
 //! not have are listed too, marked `extra`. One full LIST per kind, with kix's
 //! label selector.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -473,7 +475,7 @@ fn desired_health(
     // Most objects: kix owns all it applied, which its own managedFields
     // entry answers. Only a drifted one is read whole, to say who
     // changed what.
-    let fields = if ownership::owns_manifest(&manifest, item.kix_fields(manager).as_ref()) {
+    let fields = if ownership::owns_manifest(&manifest, item.kix_fields(manager).as_deref()) {
         vec![]
     } else if item.partial {
         return Err(ReadWhole);
@@ -510,6 +512,9 @@ async fn judged_whole(
     judged: Vec<Judged>,
     judge: &(dyn Fn(&Item) -> Option<Judged> + Sync),
 ) -> Result<Vec<Judged>> {
+    if judged.iter().all(|j| j.reread.is_none()) {
+        return Ok(judged);
+    }
     let (reread, mut out): (Vec<Judged>, Vec<Judged>) =
         judged.into_iter().partition(|j| j.reread.is_some());
     let read = stream::iter(reread.into_iter().filter_map(|j| {
@@ -538,8 +543,9 @@ async fn judged_whole(
     .buffer_unordered(LIST_CONCURRENCY)
     .try_collect::<Vec<_>>()
     .await?;
+    let sets = FieldSets::default();
     for (text, resource, namespaced) in read.into_iter().flatten() {
-        let item = Item::read(&text, &resource, namespaced, false)
+        let item = Item::read(&text, &resource, namespaced, false, &sets)
             .map_err(|e| EngineError::Other(format!("reading {}: {e}", resource.kind)))?;
         out.extend(judge(&item));
     }
@@ -571,6 +577,7 @@ struct Seen {
 /// and then freed, was most of `kix status`'s time at 50,000 objects.
 struct Item<'a> {
     resource: &'a ApiResource,
+    sets: &'a FieldSets,
     namespaced: bool,
     /// Read by a metadata-only LIST: its text lacks the payload.
     partial: bool,
@@ -603,6 +610,30 @@ struct ListedMeta<'a> {
     managed_fields: Option<Vec<ListedManager<'a>>>,
 }
 
+type FieldSet = serde_json::Map<String, Value>;
+
+/// Field sets parsed once: objects of one shape carry the same text in kix's
+/// entry (parsing it for each of 50,000 ConfigMaps was a tenth of status).
+#[derive(Default)]
+struct FieldSets(RefCell<HashMap<Box<str>, Rc<FieldSet>>>);
+
+impl FieldSets {
+    /// How many distinct sets are kept: objects of many shapes parse each.
+    const KEPT: usize = 256;
+
+    fn parsed(&self, text: &str) -> Rc<FieldSet> {
+        if let Some(set) = self.0.borrow().get(text) {
+            return Rc::clone(set);
+        }
+        let set = Rc::new(serde_json::from_str(text).unwrap_or_default());
+        let mut kept = self.0.borrow_mut();
+        if kept.len() < Self::KEPT {
+            kept.insert(text.into(), Rc::clone(&set));
+        }
+        set
+    }
+}
+
 /// A managedFields entry, its field set as text.
 #[derive(serde::Deserialize)]
 struct ListedManager<'a> {
@@ -619,9 +650,11 @@ impl<'a> Item<'a> {
         resource: &'a ApiResource,
         namespaced: bool,
         partial: bool,
+        sets: &'a FieldSets,
     ) -> serde_json::Result<Item<'a>> {
         Ok(Item {
             resource,
+            sets,
             namespaced,
             partial,
             text,
@@ -691,7 +724,7 @@ impl<'a> Item<'a> {
 
     /// The field set of kix's Apply entry (see [`ownership::kix_manager`]);
     /// None when it has none.
-    fn kix_fields(&self, manager: &str) -> Option<serde_json::Map<String, Value>> {
+    fn kix_fields(&self, manager: &str) -> Option<Rc<FieldSet>> {
         let entries = self
             .lean
             .metadata
@@ -712,12 +745,7 @@ impl<'a> Item<'a> {
                 && text(&e.operation) == "Apply"
                 && text(&e.subresource).is_empty()
         })?;
-        Some(
-            entry
-                .fields
-                .and_then(|f| serde_json::from_str(f.get()).ok())
-                .unwrap_or_default(),
-        )
+        Some(self.sets.parsed(entry.fields.map_or("{}", RawValue::get)))
     }
 
     /// The whole object, apiVersion and kind added (list items carry none).
@@ -878,9 +906,16 @@ impl Listing {
         };
         let page: Page = serde_json::from_str(text).map_err(list_error)?;
         let mut out = Vec::new();
+        let sets = FieldSets::default();
         for text in page.items.unwrap_or_default() {
-            let item = Item::read(text, &self.resource, self.namespaced, self.metadata_only)
-                .map_err(list_error)?;
+            let item = Item::read(
+                text,
+                &self.resource,
+                self.namespaced,
+                self.metadata_only,
+                &sets,
+            )
+            .map_err(list_error)?;
             out.extend(judge(&item));
         }
         Ok(out)
@@ -951,12 +986,25 @@ mod tests {
         RawValue::from_string(item.to_string()).expect("JSON")
     }
 
-    fn with<'a>(object: &Value, text: &'a RawValue, r: &'a ApiResource) -> Item<'a> {
-        Item::read(text, r, object["metadata"]["namespace"].is_string(), false).expect("reads")
+    fn with<'a>(
+        object: &Value,
+        text: &'a RawValue,
+        r: &'a ApiResource,
+        sets: &'a FieldSets,
+    ) -> Item<'a> {
+        Item::read(
+            text,
+            r,
+            object["metadata"]["namespace"].is_string(),
+            false,
+            sets,
+        )
+        .expect("reads")
     }
 
     #[test]
     fn the_lean_view_judges_health_as_the_whole_object_does() {
+        let sets = FieldSets::default();
         let meta = |extra: Value| {
             let mut m = json!({"name": "o", "namespace": "n", "uid": "u", "resourceVersion": "7",
                 "labels": {"app": "x"}, "annotations": {"note": "\"quoted\" \u{e9}"},
@@ -999,7 +1047,7 @@ mod tests {
                 object["kind"].as_str().expect("k"),
             );
             let text = listed(&object);
-            let item = with(&object, &text, &r);
+            let item = with(&object, &text, &r, &sets);
             assert_eq!(health(&item.health_view()), health(&object), "{object:#}");
             assert_eq!(item.whole(), object);
         }
@@ -1007,6 +1055,8 @@ mod tests {
 
     #[test]
     fn kix_field_set_agrees_with_the_drift_of_the_whole_object() {
+        // One memo for every case, as for the objects of one page.
+        let sets = FieldSets::default();
         let manifest = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "o", "namespace": "n", "labels": {"app": "x"},
                 "annotations": {"kix.run/digest": "d"}},
@@ -1044,8 +1094,8 @@ mod tests {
             object["data"]["y"] = json!("changed");
             let r = resource("v1", "ConfigMap");
             let text = listed(&object);
-            let item = with(&object, &text, &r);
-            let fast = ownership::owns_manifest(&manifest, item.kix_fields("kix/a").as_ref());
+            let item = with(&object, &text, &r, &sets);
+            let fast = ownership::owns_manifest(&manifest, item.kix_fields("kix/a").as_deref());
             let whole = ownership::drifted_fields(&manifest, &item.whole(), "kix/a");
             assert_eq!(fast, owned, "{object:#}");
             assert_eq!(fast, whole.is_empty(), "{object:#}: {whole:?}");
@@ -1061,7 +1111,10 @@ mod tests {
             "{LABEL_PACKAGE}": "p\u0031", "other": null}}, "annotations": {{"{ANNOTATION_DIGEST}": "d\"q"}}}}}}"#
         );
         let text = RawValue::from_string(text).expect("JSON");
-        let seen = Item::read(&text, &r, true, true).expect("reads").seen();
+        let sets = FieldSets::default();
+        let seen = Item::read(&text, &r, true, true, &sets)
+            .expect("reads")
+            .seen();
         assert!(seen.owned);
         assert_eq!(seen.package.as_deref(), Some("p1"));
         assert_eq!(seen.digest.as_deref(), Some("d\"q"));
