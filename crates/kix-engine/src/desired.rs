@@ -32,6 +32,10 @@ pub struct Desired {
     /// reads it): a `Value` tree of ordered maps is several times its
     /// text, and a plan needs the tree only of the objects it writes.
     manifest: Box<str>,
+    /// Its manifest's [`crate::ownership::skeleton`], shared by the objects
+    /// of one shape: whether kix still owns what it applied is decided once
+    /// per shape and field set.
+    pub(crate) shape: Arc<str>,
     /// Fields of the package's handoff rules that cover this object.
     pub handed_off: Vec<String>,
     /// Digest of the manifest as applied (without the digest annotation and
@@ -88,12 +92,13 @@ pub async fn desired_objects(build: &Build, resources: &mut Resources) -> Result
             .map(|part| {
                 let kinds = &kinds;
                 scope.spawn(move || {
+                    let mut shapes = Shapes::default();
                     part.iter()
                         .map(|object| {
                             let kind = (object.api_version.as_str(), object.key.kind.as_str());
                             // Every kind was resolved above.
                             let resource = Arc::clone(&kinds[&kind]);
-                            desired_object(build, object, resource)
+                            desired_object(build, object, resource, &mut shapes)
                         })
                         .collect::<Vec<_>>()
                 })
@@ -107,8 +112,16 @@ pub async fn desired_objects(build: &Build, resources: &mut Resources) -> Result
     Ok(made.into_iter().flatten().collect())
 }
 
+/// Each skeleton once, shared by the objects that have it.
+type Shapes = HashMap<String, Arc<str>>;
+
 /// One object of the build as kix applies it.
-fn desired_object(build: &Build, object: &Object, resource: Arc<Resource>) -> Desired {
+fn desired_object(
+    build: &Build,
+    object: &Object,
+    resource: Arc<Resource>,
+    shapes: &mut Shapes,
+) -> Desired {
     let mut key = scoped_key(&object.key, resource.namespaced);
     let mut manifest = object.manifest();
     if resource.namespaced {
@@ -133,7 +146,13 @@ fn desired_object(build: &Build, object: &Object, resource: Arc<Resource>) -> De
         handed_off.extend(rule.fields.iter().cloned());
     }
     let digest = stamp(&mut manifest, &key, &object.package);
+    let skeleton = crate::ownership::skeleton(&manifest);
+    let shape = match shapes.get(&skeleton) {
+        Some(shape) => Arc::clone(shape),
+        None => Arc::clone(shapes.entry(skeleton.clone()).or_insert(skeleton.into())),
+    };
     Desired {
+        shape,
         rank: kind_rank(&key.group, &key.kind),
         cluster: build.cluster.clone(),
         key,

@@ -20,6 +20,7 @@ pub mod error;
 pub mod gc;
 pub mod health;
 pub mod lease;
+mod list_stream;
 pub mod live;
 pub mod migrations;
 pub mod order;

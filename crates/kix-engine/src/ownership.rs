@@ -501,6 +501,43 @@ pub(crate) fn owns_manifest(manifest: &Value, owned: Option<&Map<String, Value>>
     unowned(manifest, owned).is_empty()
 }
 
+/// What [`owns_manifest`]'s answer for a manifest depends on: its maps'
+/// keys, where it has nulls, empty maps, empty lists and other scalars, and
+/// its list items whole (an item is matched by its values). Manifests with
+/// the same skeleton are owned alike by any field set, so one walk answers
+/// for every object of a shape (50,000 ConfigMaps are a handful of shapes).
+pub(crate) fn skeleton(manifest: &Value) -> String {
+    let mut out = Vec::new();
+    write_skeleton(manifest, &mut out);
+    // Only JSON text and ASCII markers were written.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+fn write_skeleton(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Null => out.push(b'n'),
+        Value::Object(map) if map.is_empty() => out.extend_from_slice(b"{}"),
+        Value::Object(map) => {
+            out.push(b'{');
+            for (key, child) in map {
+                // A key as a JSON string: no key can end where another begins.
+                let _ = serde_json::to_writer(&mut *out, key);
+                write_skeleton(child, out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for item in items {
+                let _ = serde_json::to_writer(&mut *out, item);
+                out.push(b',');
+            }
+            out.push(b']');
+        }
+        _ => out.push(b's'),
+    }
+}
+
 fn unowned<'a>(manifest: &'a Value, owned: Option<&Map<String, Value>>) -> Vec<Vec<Step<'a>>> {
     let mut out = Vec::new();
     walk(manifest, owned, &mut Vec::new(), &mut out);
@@ -715,6 +752,113 @@ fn lookup<'v>(live: &'v Value, steps: &[Step]) -> Option<&'v Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn arb_manifest() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (0i64..4).prop_map(Value::from),
+            "[ab]{0,2}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::vec(("[a-c]|metadata|status", inner), 0..5)
+                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A field set: `f:` members for some of the manifest's keys (at every
+    /// level, list items by index, value or key), randomly cut short.
+    fn fields_of(value: &Value, keep: &mut impl Iterator<Item = bool>) -> Map<String, Value> {
+        let mut set = Map::new();
+        match value {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    if keep.next().unwrap_or(true) {
+                        set.insert(format!("f:{k}"), Value::Object(fields_of(v, keep)));
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let key = match (keep.next(), item) {
+                        (Some(true), Value::Object(m)) if !m.is_empty() => {
+                            let (k, v) = m.iter().next().expect("non-empty");
+                            format!("k:{}", json!({ k: v }))
+                        }
+                        (Some(false), _) => format!("v:{item}"),
+                        _ => format!("i:{i}"),
+                    };
+                    set.insert(key, Value::Object(fields_of(item, keep)));
+                }
+            }
+            _ => {}
+        }
+        set
+    }
+
+    /// The manifest with every scalar outside lists replaced.
+    fn rewritten(value: &Value, with: &Value) -> Value {
+        match value {
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| (k.clone(), rewritten(v, with)))
+                    .collect(),
+            ),
+            Value::Array(_) | Value::Null => value.clone(),
+            _ => with.clone(),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn manifests_of_one_skeleton_are_owned_alike(
+            manifest in arb_manifest(),
+            other in arb_manifest(),
+            keep in proptest::collection::vec(any::<bool>(), 0..64),
+            scalar in prop_oneof![Just(json!(7)), Just(json!("x")), Just(json!(false))],
+        ) {
+            let mut keep = keep.into_iter().chain(std::iter::repeat(true));
+            for fields in [fields_of(&manifest, &mut keep), fields_of(&other, &mut keep), Map::new()] {
+                let same = rewritten(&manifest, &scalar);
+                prop_assert_eq!(skeleton(&same), skeleton(&manifest));
+                prop_assert_eq!(
+                    owns_manifest(&same, Some(&fields)),
+                    owns_manifest(&manifest, Some(&fields))
+                );
+                if skeleton(&other) == skeleton(&manifest) {
+                    prop_assert_eq!(
+                        owns_manifest(&other, Some(&fields)),
+                        owns_manifest(&manifest, Some(&fields))
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn skeletons_keep_what_the_walk_reads() {
+        let base =
+            json!({"a": {"b": "x", "c": [{"name": "n", "v": 1}]}, "d": null, "e": [], "f": {}});
+        let differs = [
+            json!({"a": {"b": "x", "c": [{"name": "m", "v": 1}]}, "d": null, "e": [], "f": {}}),
+            json!({"a": {"b": "x", "c": [{"name": "n", "v": 1}]}, "d": "now set", "e": [], "f": {}}),
+            json!({"a": {"b": "x", "c": [{"name": "n", "v": 1}]}, "d": null, "e": [1], "f": {}}),
+            json!({"a": {"b": "x", "c": [{"name": "n", "v": 1}]}, "d": null, "e": [], "f": {"g": 1}}),
+            json!({"a": {"bb": "x", "c": [{"name": "n", "v": 1}]}, "d": null, "e": [], "f": {}}),
+        ];
+        for other in differs {
+            assert_ne!(skeleton(&other), skeleton(&base), "{other}");
+        }
+        let same =
+            json!({"a": {"b": 3, "c": [{"name": "n", "v": 1}]}, "d": null, "e": [], "f": {}});
+        assert_eq!(skeleton(&same), skeleton(&base));
+    }
 
     fn live(entries: Value, body: Value) -> Value {
         let mut live = body;

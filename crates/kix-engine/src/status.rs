@@ -11,7 +11,6 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::rc::Rc;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -34,6 +33,7 @@ use tokio::sync::{Semaphore, mpsc};
 use crate::desired::{Desired, desired_objects};
 use crate::error::{EngineError, Result};
 use crate::health::{Health, health};
+use crate::list_stream;
 use crate::live::{KixAnnotations, KixLabels, Picked, activation_clusters, belongs_to};
 use crate::ownership;
 use crate::records;
@@ -471,16 +471,15 @@ fn desired_health(
             Some("its digest is not the build's: another build or a person changed it".into()),
         ));
     }
-    let manifest = d.manifest();
     // Most objects: kix owns all it applied, which its own managedFields
     // entry answers. Only a drifted one is read whole, to say who
     // changed what.
-    let fields = if ownership::owns_manifest(&manifest, item.kix_fields(manager).as_deref()) {
+    let fields = if item.owned.owns(d, item.kix_fields(manager)) {
         vec![]
     } else if item.partial {
         return Err(ReadWhole);
     } else {
-        ownership::drifted_fields(&manifest, &item.whole(), manager)
+        ownership::drifted_fields(&d.manifest(), &item.whole(), manager)
     };
     if !fields.is_empty() {
         let shown: Vec<String> = fields.iter().take(3).map(ToString::to_string).collect();
@@ -543,9 +542,9 @@ async fn judged_whole(
     .buffer_unordered(LIST_CONCURRENCY)
     .try_collect::<Vec<_>>()
     .await?;
-    let sets = FieldSets::default();
+    let owned = Owned::default();
     for (text, resource, namespaced) in read.into_iter().flatten() {
-        let item = Item::read(&text, &resource, namespaced, false, &sets)
+        let item = Item::read(&text, &resource, namespaced, false, &owned)
             .map_err(|e| EngineError::Other(format!("reading {}: {e}", resource.kind)))?;
         out.extend(judge(&item));
     }
@@ -577,7 +576,7 @@ struct Seen {
 /// and then freed, was most of `kix status`'s time at 50,000 objects.
 struct Item<'a> {
     resource: &'a ApiResource,
-    sets: &'a FieldSets,
+    owned: &'a Owned,
     namespaced: bool,
     /// Read by a metadata-only LIST: its text lacks the payload.
     partial: bool,
@@ -612,25 +611,27 @@ struct ListedMeta<'a> {
 
 type FieldSet = serde_json::Map<String, Value>;
 
-/// Field sets parsed once: objects of one shape carry the same text in kix's
-/// entry (parsing it for each of 50,000 ConfigMaps was a tenth of status).
+/// Whether kix still owns all it applied, answered once per shape of
+/// manifest ([`ownership::skeleton`]) and text of kix's field set: the
+/// objects of a page are a handful of shapes, and parsing and walking
+/// each one was a third of `kix status` at 50,000 objects.
 #[derive(Default)]
-struct FieldSets(RefCell<HashMap<Box<str>, Rc<FieldSet>>>);
+struct Owned(RefCell<HashMap<usize, HashMap<Box<str>, bool>>>);
 
-impl FieldSets {
-    /// How many distinct sets are kept: objects of many shapes parse each.
-    const KEPT: usize = 256;
-
-    fn parsed(&self, text: &str) -> Rc<FieldSet> {
-        if let Some(set) = self.0.borrow().get(text) {
-            return Rc::clone(set);
+impl Owned {
+    fn owns(&self, d: &Desired, fields: Option<&str>) -> bool {
+        // A shape by its address: shapes are shared, and the build's
+        // objects outlive this memo. No field set is spelled "".
+        let shape = Arc::as_ptr(&d.shape).cast::<u8>() as usize;
+        let text = fields.unwrap_or_default();
+        if let Some(&owned) = self.0.borrow().get(&shape).and_then(|m| m.get(text)) {
+            return owned;
         }
-        let set = Rc::new(serde_json::from_str(text).unwrap_or_default());
-        let mut kept = self.0.borrow_mut();
-        if kept.len() < Self::KEPT {
-            kept.insert(text.into(), Rc::clone(&set));
-        }
-        set
+        let set = fields.map(|t| serde_json::from_str::<FieldSet>(t).unwrap_or_default());
+        let owned = ownership::owns_manifest(&d.manifest(), set.as_ref());
+        let mut known = self.0.borrow_mut();
+        known.entry(shape).or_default().insert(text.into(), owned);
+        owned
     }
 }
 
@@ -650,11 +651,11 @@ impl<'a> Item<'a> {
         resource: &'a ApiResource,
         namespaced: bool,
         partial: bool,
-        sets: &'a FieldSets,
+        owned: &'a Owned,
     ) -> serde_json::Result<Item<'a>> {
         Ok(Item {
             resource,
-            sets,
+            owned,
             namespaced,
             partial,
             text,
@@ -722,9 +723,9 @@ impl<'a> Item<'a> {
         Value::Object(view)
     }
 
-    /// The field set of kix's Apply entry (see [`ownership::kix_manager`]);
-    /// None when it has none.
-    fn kix_fields(&self, manager: &str) -> Option<Rc<FieldSet>> {
+    /// The field set of kix's Apply entry (see [`ownership::kix_manager`]),
+    /// as text; None when it has none.
+    fn kix_fields(&self, manager: &str) -> Option<&'a str> {
         let entries = self
             .lean
             .metadata
@@ -745,7 +746,7 @@ impl<'a> Item<'a> {
                 && text(&e.operation) == "Apply"
                 && text(&e.subresource).is_empty()
         })?;
-        Some(self.sets.parsed(entry.fields.map_or("{}", RawValue::get)))
+        Some(entry.fields.map_or("{}", RawValue::get))
     }
 
     /// The whole object, apiVersion and kind added (list items carry none).
@@ -788,8 +789,8 @@ struct Judged {
     verdict: (HealthState, Option<String>),
 }
 
-/// Objects per LIST page. 500 took 100 round trips at 50,000 objects.
-const PAGE: u32 = 2_000;
+/// Objects per batch judged at once (a batch of 2,000 ConfigMaps is ~4 MB).
+const PAGE: usize = 2_000;
 
 /// The items of a LIST page, as text.
 #[derive(serde::Deserialize)]
@@ -799,8 +800,8 @@ struct Page<'a> {
     items: Option<Vec<&'a RawValue>>,
 }
 
-/// Pages a listing fetches before they are judged: bounds the memory
-/// held while the build is read (a page of 2,000 ConfigMaps is ~4 MB).
+/// Batches a listing reads ahead before they are judged: bounds the memory
+/// held while the build is read.
 const PAGES_AHEAD: usize = 8;
 
 /// One kind's paged LIST, cluster-wide, kix's label selector, full objects,
@@ -827,28 +828,24 @@ impl Listing {
         let metadata_only = crate::health::judged_by_metadata(&resource.group, &resource.kind);
         let (client, permits, r) = (client.clone(), Arc::clone(permits), resource.clone());
         let (fetching, handle) = async move {
-            let mut token = None;
-            loop {
-                let page = {
-                    let _permit = permits.acquire().await;
-                    fetch_page(&client, &r, metadata_only, token.take()).await
-                };
-                let page = match page {
-                    Ok(Some(text)) => text,
-                    // Not served: no objects.
-                    Ok(None) => return,
-                    Err(err) => {
-                        let _ = pages.send(Err(err)).await;
-                        return;
-                    }
-                };
-                token = serde_json::from_str::<PageMeta>(&page)
-                    .ok()
-                    .and_then(|p| p.metadata.continue_)
-                    .filter(|t| !t.is_empty());
-                if pages.send(Ok(page)).await.is_err() || token.is_none() {
+            // One permit for the whole LIST, read as it arrives.
+            let _permit = permits.acquire().await;
+            let kind = r.kind.clone();
+            let body = match open_list(&client, &r, metadata_only).await {
+                Ok(Some(body)) => body,
+                // Not served: no objects.
+                Ok(None) => return,
+                Err(err) => {
+                    let _ = pages.send(Err(err)).await;
                     return;
                 }
+            };
+            if let Err(err) = list_stream::cut_items(body, PAGE, &pages).await {
+                let err = EngineError::List {
+                    kind,
+                    source: kube::Error::ReadEvents(err),
+                };
+                let _ = pages.send(Err(err)).await;
             }
         }
         .remote_handle();
@@ -906,14 +903,14 @@ impl Listing {
         };
         let page: Page = serde_json::from_str(text).map_err(list_error)?;
         let mut out = Vec::new();
-        let sets = FieldSets::default();
+        let owned = Owned::default();
         for text in page.items.unwrap_or_default() {
             let item = Item::read(
                 text,
                 &self.resource,
                 self.namespaced,
                 self.metadata_only,
-                &sets,
+                &owned,
             )
             .map_err(list_error)?;
             out.extend(judge(&item));
@@ -922,26 +919,14 @@ impl Listing {
     }
 }
 
-/// Only the next page's token of a page.
-#[derive(serde::Deserialize)]
-struct PageMeta {
-    metadata: crate::live::ListPageMeta,
-}
-
-/// One page of the LIST of `resource` with kix's label selector, from
-/// `token` on, as text; None when the kind is not served (404).
-async fn fetch_page(
+/// The LIST of `resource` with kix's label selector, unpaged, its body to
+/// be read as it arrives; None when the kind is not served (404).
+async fn open_list(
     client: &Client,
     resource: &ApiResource,
     metadata_only: bool,
-    token: Option<String>,
-) -> Result<Option<String>> {
-    let mut params = ListParams::default()
-        .labels(&kix_api::labels::managed_selector())
-        .limit(PAGE);
-    if let Some(token) = &token {
-        params = params.continue_token(token);
-    }
+) -> Result<Option<impl futures::AsyncBufRead + Unpin + use<>>> {
+    let params = ListParams::default().labels(&kix_api::labels::managed_selector());
     let list_error = |source| EngineError::List {
         kind: resource.kind.clone(),
         source,
@@ -953,8 +938,8 @@ async fn fetch_page(
         kube::core::Request::new(url).list(&params)
     }
     .map_err(|e| list_error(kube::Error::BuildRequest(e)))?;
-    match client.request_text(request).await {
-        Ok(page) => Ok(Some(page)),
+    match client.request_stream(request).await {
+        Ok(body) => Ok(Some(Box::pin(body))),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
         Err(source) => Err(list_error(source)),
     }
@@ -990,21 +975,21 @@ mod tests {
         object: &Value,
         text: &'a RawValue,
         r: &'a ApiResource,
-        sets: &'a FieldSets,
+        owned: &'a Owned,
     ) -> Item<'a> {
         Item::read(
             text,
             r,
             object["metadata"]["namespace"].is_string(),
             false,
-            sets,
+            owned,
         )
         .expect("reads")
     }
 
     #[test]
     fn the_lean_view_judges_health_as_the_whole_object_does() {
-        let sets = FieldSets::default();
+        let memo = Owned::default();
         let meta = |extra: Value| {
             let mut m = json!({"name": "o", "namespace": "n", "uid": "u", "resourceVersion": "7",
                 "labels": {"app": "x"}, "annotations": {"note": "\"quoted\" \u{e9}"},
@@ -1047,7 +1032,7 @@ mod tests {
                 object["kind"].as_str().expect("k"),
             );
             let text = listed(&object);
-            let item = with(&object, &text, &r, &sets);
+            let item = with(&object, &text, &r, &memo);
             assert_eq!(health(&item.health_view()), health(&object), "{object:#}");
             assert_eq!(item.whole(), object);
         }
@@ -1056,7 +1041,7 @@ mod tests {
     #[test]
     fn kix_field_set_agrees_with_the_drift_of_the_whole_object() {
         // One memo for every case, as for the objects of one page.
-        let sets = FieldSets::default();
+        let memo = Owned::default();
         let manifest = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "o", "namespace": "n", "labels": {"app": "x"},
                 "annotations": {"kix.run/digest": "d"}},
@@ -1094,8 +1079,11 @@ mod tests {
             object["data"]["y"] = json!("changed");
             let r = resource("v1", "ConfigMap");
             let text = listed(&object);
-            let item = with(&object, &text, &r, &sets);
-            let fast = ownership::owns_manifest(&manifest, item.kix_fields("kix/a").as_deref());
+            let item = with(&object, &text, &r, &memo);
+            let set = item
+                .kix_fields("kix/a")
+                .map(|t| serde_json::from_str::<FieldSet>(t).expect("a field set"));
+            let fast = ownership::owns_manifest(&manifest, set.as_ref());
             let whole = ownership::drifted_fields(&manifest, &item.whole(), "kix/a");
             assert_eq!(fast, owned, "{object:#}");
             assert_eq!(fast, whole.is_empty(), "{object:#}: {whole:?}");
@@ -1111,8 +1099,8 @@ mod tests {
             "{LABEL_PACKAGE}": "p\u0031", "other": null}}, "annotations": {{"{ANNOTATION_DIGEST}": "d\"q"}}}}}}"#
         );
         let text = RawValue::from_string(text).expect("JSON");
-        let sets = FieldSets::default();
-        let seen = Item::read(&text, &r, true, true, &sets)
+        let owned = Owned::default();
+        let seen = Item::read(&text, &r, true, true, &owned)
             .expect("reads")
             .seen();
         assert!(seen.owned);
