@@ -5,9 +5,10 @@
 //! Health of each object of the current build: Ready, Progressing, Degraded
 //! (kstatus, [`crate::health`]), Missing (in the build, not live), Drifted
 //! (live, but its digest annotation is not the build's, or a field the build
-//! sets has another value). Live objects of the cluster that the build does
-//! not have are listed too, marked `extra`. One full LIST per kind, with kix's
-//! label selector.
+//! sets is no longer kix's field manager's). Live objects of the cluster that
+//! the build does not have are listed too, marked `extra`. One LIST per kind,
+//! with kix's label selector, unpaged and judged as it arrives (metadata only
+//! for the kinds judged by it); an object found drifted there is read whole.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -21,8 +22,7 @@ use kix_api::{
     LABEL_PACKAGE, ObjectRef, Phase, Progress, owner_value,
 };
 use kix_manifest::ObjectKey;
-use kube::api::Api;
-use kube::api::{DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::ApiResource;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
