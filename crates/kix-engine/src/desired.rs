@@ -26,16 +26,15 @@ pub struct Desired {
     pub package: String,
     /// Shared by every object of its kind.
     pub resource: Arc<Resource>,
-    /// The manifest as kix applies it, labels and digest included, the
-    /// package's handed-off fields removed; the activations annotation is
-    /// added at apply time. Kept as compact JSON text ([`Desired::manifest`]
-    /// reads it): a `Value` tree of ordered maps is several times its
-    /// text, and a plan needs the tree only of the objects it writes.
-    manifest: Box<str>,
-    /// Its manifest's [`crate::ownership::skeleton`], shared by the objects
-    /// of one shape: whether kix still owns what it applied is decided once
-    /// per shape and field set.
-    pub(crate) shape: Arc<str>,
+    /// The build's manifest text, shared with the build: [`Desired::manifest`]
+    /// makes the manifest kix applies from it. A `Value` tree of ordered
+    /// maps is several times its text, and a plan needs the tree only of
+    /// the objects it writes.
+    read: Arc<str>,
+    /// Its manifest's [`crate::ownership::skeleton`] when asked for
+    /// ([`Shapes::Made`]), shared by the objects of one shape: whether kix
+    /// still owns what it applied is decided once per shape and field set.
+    pub(crate) shape: Option<Arc<str>>,
     /// Fields of the package's handoff rules that cover this object.
     pub handed_off: Vec<String>,
     /// Digest of the manifest as applied (without the digest annotation and
@@ -46,10 +45,19 @@ pub struct Desired {
 }
 
 impl Desired {
-    /// The manifest as kix applies it (see the field).
+    /// The manifest as kix applies it: labels and digest included, the
+    /// package's handed-off fields removed; the activations annotation is
+    /// added at apply time.
     pub fn manifest(&self) -> Value {
-        // It was written from a Value: it reads back.
-        serde_json::from_str(&self.manifest).unwrap_or(Value::Null)
+        let mut manifest = settled(
+            &self.read,
+            &self.key,
+            self.resource.namespaced,
+            &self.handed_off,
+        );
+        stamp_labels(&mut manifest, &self.key, &self.package);
+        stamp_digest(&mut manifest, &self.digest);
+        manifest
     }
 
     pub fn is_crd(&self) -> bool {
@@ -61,9 +69,21 @@ impl Desired {
     }
 }
 
+/// Whether [`desired_objects`] works out each object's shape: only
+/// `kix status` reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shapes {
+    Made,
+    Skipped,
+}
+
 /// Resolves every object of the build. Fails, naming the file, on a kind that
 /// neither the apiserver nor the build's CRDs define.
-pub async fn desired_objects(build: &Build, resources: &mut Resources) -> Result<Vec<Desired>> {
+pub async fn desired_objects(
+    build: &Build,
+    resources: &mut Resources,
+    shapes: Shapes,
+) -> Result<Vec<Desired>> {
     resources.learn_build_crds(build);
     // Each kind is resolved once (discovery is async); the objects are then
     // made on every core (a manifest read, stamped and hashed each).
@@ -92,13 +112,15 @@ pub async fn desired_objects(build: &Build, resources: &mut Resources) -> Result
             .map(|part| {
                 let kinds = &kinds;
                 scope.spawn(move || {
-                    let mut shapes = Shapes::default();
+                    let mut known = KnownShapes::default();
+                    let mut shape_of =
+                        |manifest: &Value| (shapes == Shapes::Made).then(|| known.shared(manifest));
                     part.iter()
                         .map(|object| {
                             let kind = (object.api_version.as_str(), object.key.kind.as_str());
                             // Every kind was resolved above.
                             let resource = Arc::clone(&kinds[&kind]);
-                            desired_object(build, object, resource, &mut shapes)
+                            desired_object(build, object, resource, &mut shape_of)
                         })
                         .collect::<Vec<_>>()
                 })
@@ -113,44 +135,44 @@ pub async fn desired_objects(build: &Build, resources: &mut Resources) -> Result
 }
 
 /// Each skeleton once, shared by the objects that have it.
-type Shapes = HashMap<String, Arc<str>>;
+#[derive(Default)]
+struct KnownShapes(HashMap<String, Arc<str>>);
+
+impl KnownShapes {
+    fn shared(&mut self, manifest: &Value) -> Arc<str> {
+        let skeleton = crate::ownership::skeleton(manifest);
+        match self.0.get(&skeleton) {
+            Some(shape) => Arc::clone(shape),
+            None => Arc::clone(self.0.entry(skeleton.clone()).or_insert(skeleton.into())),
+        }
+    }
+}
 
 /// One object of the build as kix applies it.
 fn desired_object(
     build: &Build,
     object: &Object,
     resource: Arc<Resource>,
-    shapes: &mut Shapes,
+    shape_of: &mut impl FnMut(&Value) -> Option<Arc<str>>,
 ) -> Desired {
     let mut key = scoped_key(&object.key, resource.namespaced);
-    let mut manifest = object.manifest();
-    if resource.namespaced {
-        let ns = key
-            .namespace
-            .clone()
-            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
-        manifest["metadata"]["namespace"] = json!(ns);
-        key.namespace = Some(ns);
-    } else if let Some(meta) = manifest["metadata"].as_object_mut() {
-        meta.remove("namespace");
+    if resource.namespaced && key.namespace.is_none() {
+        key.namespace = Some(DEFAULT_NAMESPACE.to_string());
     }
     // Handed-off fields are never applied, so kix never owns them.
     let handoff = build.package(&object.package).map(|p| p.handoff.as_slice());
-    let mut handed_off = Vec::new();
-    for rule in handoff
+    let handed_off: Vec<String> = handoff
         .unwrap_or_default()
         .iter()
         .filter(|r| r.covers(&key))
-    {
-        rule.strip(&mut manifest);
-        handed_off.extend(rule.fields.iter().cloned());
-    }
-    let digest = stamp(&mut manifest, &key, &object.package);
-    let skeleton = crate::ownership::skeleton(&manifest);
-    let shape = match shapes.get(&skeleton) {
-        Some(shape) => Arc::clone(shape),
-        None => Arc::clone(shapes.entry(skeleton.clone()).or_insert(skeleton.into())),
-    };
+        .flat_map(|r| r.fields.iter().cloned())
+        .collect();
+    let read = Arc::clone(object.manifest_text());
+    let mut manifest = settled(&read, &key, resource.namespaced, &handed_off);
+    stamp_labels(&mut manifest, &key, &object.package);
+    let digest = canonical_digest(&manifest);
+    stamp_digest(&mut manifest, &digest);
+    let shape = shape_of(&manifest);
     Desired {
         shape,
         rank: kind_rank(&key.group, &key.kind),
@@ -159,27 +181,40 @@ fn desired_object(
         api_version: object.api_version.clone(),
         package: object.package.clone(),
         resource,
-        // Written straight to text (`Display` goes through a formatter).
-        manifest: serde_json::to_string(&manifest)
-            .unwrap_or_default()
-            .into_boxed_str(),
+        read,
         handed_off,
         digest,
         source: object.source.clone(),
     }
 }
 
-/// Adds kix's labels, computes the digest, adds the digest annotation.
-fn stamp(manifest: &mut Value, key: &ObjectKey, package: &str) -> String {
+/// The build's manifest with its namespace settled by the kind's scope and
+/// the handed-off fields removed.
+fn settled(read: &str, key: &ObjectKey, namespaced: bool, handed_off: &[String]) -> Value {
+    // It was written from a Value: it reads back.
+    let mut manifest: Value = serde_json::from_str(read).unwrap_or(Value::Null);
+    if namespaced {
+        manifest["metadata"]["namespace"] =
+            json!(key.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE));
+    } else if let Some(meta) = manifest["metadata"].as_object_mut() {
+        meta.remove("namespace");
+    }
+    kix_manifest::strip_fields(handed_off, &mut manifest);
+    manifest
+}
+
+/// Adds kix's labels: the digest is of the manifest with them.
+fn stamp_labels(manifest: &mut Value, key: &ObjectKey, package: &str) {
     // Each map is looked up once (a key is hashed on every index).
     let labels = object_at(manifest, "labels");
     labels.insert(LABEL_MANAGED_BY.into(), json!(MANAGED_BY_VALUE));
     labels.insert(LABEL_PACKAGE.into(), json!(package));
     let owner = owner_value(&key.group, &key.kind, key.namespace.as_deref(), &key.name);
     labels.insert(LABEL_OWNER.into(), json!(owner));
-    let digest = canonical_digest(manifest);
+}
+
+fn stamp_digest(manifest: &mut Value, digest: &str) {
     object_at(manifest, "annotations").insert(ANNOTATION_DIGEST.into(), json!(digest));
-    digest
 }
 
 /// The map `metadata.<field>` of `manifest`, made one if it is not.

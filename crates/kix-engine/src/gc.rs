@@ -41,7 +41,7 @@ use kube::{Client, ResourceExt};
 use serde::{Serialize, Serializer};
 
 use crate::budget::BudgetCheck;
-use crate::desired::{Desired, desired_objects};
+use crate::desired::{Desired, Shapes, desired_objects};
 use crate::error::{EngineError, Result};
 use crate::lease::{DeployLease, LeaseOptions};
 use crate::live::{activation_clusters, belongs_to, list_kinds};
@@ -653,7 +653,7 @@ async fn read_desired(
         std::path::Path::new(path),
         &kix_manifest::ReadOptions::default(),
     )?;
-    Ok(desired_objects(&build, resources)
+    Ok(desired_objects(&build, resources, Shapes::Skipped)
         .await?
         .into_iter()
         .map(|d| (d.key.clone(), d))

@@ -14,7 +14,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::desired::{Desired, desired_objects};
+use crate::desired::{Desired, Shapes, desired_objects};
 use crate::diff::{FieldChange, diff};
 use crate::error::{EngineError, Result};
 use crate::live::{Live, activation_clusters, belongs_to, list_kinds, list_unlabelled};
@@ -341,12 +341,12 @@ pub async fn plan(
     let (desired, observed) = match &options.only {
         None => {
             let early = list_early(client, &recorded);
-            let desired = desired_objects(build, &mut resources).await?;
+            let desired = desired_objects(build, &mut resources, Shapes::Skipped).await?;
             let observed = observe(client, &desired, recorded, early, &ctx, options).await?;
             (desired, observed)
         }
         Some(only) => {
-            let desired = desired_objects(build, &mut resources).await?;
+            let desired = desired_objects(build, &mut resources, Shapes::Skipped).await?;
             let observed = observe_only(client, &desired, &recorded, only, &ctx, options).await?;
             (desired, observed)
         }

@@ -62,11 +62,15 @@ pub async fn release_objects(
             std::path::Path::new(&current.spec.source.path),
             &kix_manifest::ReadOptions::default(),
         )?;
-        current_keys = crate::desired::desired_objects(&build, &mut resources)
-            .await?
-            .into_iter()
-            .map(|d| d.key)
-            .collect();
+        current_keys = crate::desired::desired_objects(
+            &build,
+            &mut resources,
+            crate::desired::Shapes::Skipped,
+        )
+        .await?
+        .into_iter()
+        .map(|d| d.key)
+        .collect();
     }
 
     let mut kinds = Vec::new();

@@ -30,7 +30,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::desired::{Desired, desired_objects};
+use crate::desired::{Desired, Shapes, desired_objects};
 use crate::error::{EngineError, Result};
 use crate::health::{Health, health};
 use crate::list_stream;
@@ -274,7 +274,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
         )
         .map_err(EngineError::from)
         {
-            Ok(build) => match desired_objects(&build, &mut resources).await {
+            Ok(build) => match desired_objects(&build, &mut resources, Shapes::Made).await {
                 Ok(d) => {
                     desired = d;
                     build_packages = build
@@ -620,15 +620,18 @@ struct Owned(RefCell<HashMap<usize, HashMap<Box<str>, bool>>>);
 
 impl Owned {
     fn owns(&self, d: &Desired, fields: Option<&str>) -> bool {
+        let set = |t: &str| serde_json::from_str::<FieldSet>(t).unwrap_or_default();
+        let Some(shape) = &d.shape else {
+            return ownership::owns_manifest(&d.manifest(), fields.map(set).as_ref());
+        };
         // A shape by its address: shapes are shared, and the build's
         // objects outlive this memo. No field set is spelled "".
-        let shape = Arc::as_ptr(&d.shape).cast::<u8>() as usize;
+        let shape = Arc::as_ptr(shape).cast::<u8>() as usize;
         let text = fields.unwrap_or_default();
         if let Some(&owned) = self.0.borrow().get(&shape).and_then(|m| m.get(text)) {
             return owned;
         }
-        let set = fields.map(|t| serde_json::from_str::<FieldSet>(t).unwrap_or_default());
-        let owned = ownership::owns_manifest(&d.manifest(), set.as_ref());
+        let owned = ownership::owns_manifest(&d.manifest(), fields.map(set).as_ref());
         let mut known = self.0.borrow_mut();
         known.entry(shape).or_default().insert(text.into(), owned);
         owned
@@ -804,7 +807,7 @@ struct Page<'a> {
 /// held while the build is read.
 const PAGES_AHEAD: usize = 8;
 
-/// One kind's paged LIST, cluster-wide, kix's label selector, full objects,
+/// One kind's LIST, cluster-wide, kix's label selector, full objects,
 /// fetched on a task of its own; dropping it stops the task.
 struct Listing {
     resource: ApiResource,

@@ -113,24 +113,29 @@ impl Handoff {
 
     /// Removes the rule's fields from `manifest`; returns those it had.
     pub fn strip(&self, manifest: &mut Value) -> Vec<String> {
-        let mut removed = Vec::new();
-        for field in &self.fields {
-            let segments = segments(field);
-            let Some((last, parents)) = segments.split_last() else {
-                continue;
-            };
-            let parent = parents
-                .iter()
-                .try_fold(&mut *manifest, |node, segment| node.get_mut(*segment));
-            if parent
-                .and_then(Value::as_object_mut)
-                .is_some_and(|map| map.remove(*last).is_some())
-            {
-                removed.push(field.clone());
-            }
-        }
-        removed
+        strip(&self.fields, manifest)
     }
+}
+
+/// Removes `fields` from `manifest`; returns those it had.
+pub fn strip(fields: &[String], manifest: &mut Value) -> Vec<String> {
+    let mut removed = Vec::new();
+    for field in fields {
+        let segments = segments(field);
+        let Some((last, parents)) = segments.split_last() else {
+            continue;
+        };
+        let parent = parents
+            .iter()
+            .try_fold(&mut *manifest, |node, segment| node.get_mut(*segment));
+        if parent
+            .and_then(Value::as_object_mut)
+            .is_some_and(|map| map.remove(*last).is_some())
+        {
+            removed.push(field.clone());
+        }
+    }
+    removed
 }
 
 /// The fields of `object` at `fields`, in a partial object of their own

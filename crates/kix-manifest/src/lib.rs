@@ -30,7 +30,7 @@ mod yaml;
 
 pub use error::TreeError;
 pub use handoff::Handoff;
-pub use handoff::{segments as field_segments, select as select_fields};
+pub use handoff::{segments as field_segments, select as select_fields, strip as strip_fields};
 pub use kinds::{is_well_known_cluster_scoped, kind_rank};
 pub use migration::{ActionKind, Migration, MigrationAction, ObjectRef};
 pub use object::{Object, ObjectKey, ObjectKeyError, canonical_digest, canonical_json, group_of};

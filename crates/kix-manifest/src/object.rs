@@ -4,6 +4,7 @@
 use std::fmt;
 use std::io::{self, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -217,8 +218,9 @@ pub struct Object {
     /// reader defaulted it. Kept as compact JSON text ([`Object::manifest`]
     /// reads it): a tree of ordered maps is several times its text, and a
     /// build of 50,000 objects is held for the whole deploy.
+    /// Shared with the desired objects made from it.
     #[serde(serialize_with = "as_json")]
-    manifest: Box<str>,
+    manifest: Arc<str>,
     /// The file it came from, relative to the tree root
     /// (`packages/web/resources/deploy.yaml`).
     pub source: PathBuf,
@@ -246,7 +248,7 @@ impl Object {
         Object {
             key,
             api_version,
-            manifest: manifest.to_string().into_boxed_str(),
+            manifest: serde_json::to_string(manifest).unwrap_or_default().into(),
             source,
             document,
             package,
@@ -256,6 +258,11 @@ impl Object {
     /// The manifest (see the field).
     pub fn manifest(&self) -> Value {
         json_of(&self.manifest)
+    }
+
+    /// The manifest's compact JSON text (see the field).
+    pub fn manifest_text(&self) -> &Arc<str> {
+        &self.manifest
     }
 
     /// [`canonical_digest`] of the manifest.

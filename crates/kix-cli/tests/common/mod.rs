@@ -280,9 +280,13 @@ impl Expected {
             kix_manifest::read_tree(Path::new(store_path), &kix_manifest::ReadOptions::default())
                 .expect("the build reads");
         let mut resources = kix_engine::resources::Resources::new(client.clone());
-        let desired = kix_engine::desired::desired_objects(&build, &mut resources)
-            .await
-            .expect("desired objects");
+        let desired = kix_engine::desired::desired_objects(
+            &build,
+            &mut resources,
+            kix_engine::desired::Shapes::Skipped,
+        )
+        .await
+        .expect("desired objects");
         Expected {
             objects: desired
                 .into_iter()
