@@ -5,6 +5,8 @@
 //! own: 1.8 s against 0.9 s, measured on the local control plane), while
 //! kix holds no more than the batches in flight.
 
+use std::collections::VecDeque;
+
 use futures::{AsyncBufRead, AsyncBufReadExt};
 use tokio::sync::mpsc;
 
@@ -159,36 +161,62 @@ impl ItemCutter {
 /// Reads `body` (a LIST response) to its end, sending each batch of
 /// `per_batch` items to `batches`; stops early when the receiver is gone.
 pub(crate) async fn cut_items<R: AsyncBufRead + Unpin, E>(
-    mut body: R,
+    body: R,
     per_batch: usize,
     batches: &mpsc::Sender<Result<String, E>>,
 ) -> std::io::Result<()> {
-    let mut cutter = ItemCutter::new(per_batch);
-    loop {
-        let piece = body.fill_buf().await?;
-        if piece.is_empty() {
+    let mut cut = Batches::new(body, per_batch);
+    while let Some(batch) = cut.next().await? {
+        if batches.send(Ok(batch)).await.is_err() {
             break;
         }
-        let done = cutter.feed(piece);
-        let read = piece.len();
-        body.consume_unpin(read);
-        for batch in done {
-            if batches.send(Ok(batch)).await.is_err() {
-                return Ok(());
-            }
+    }
+    Ok(())
+}
+
+/// The batches of a LIST response, each cut as soon as its items arrived.
+pub(crate) struct Batches<R> {
+    body: R,
+    /// None once the response has ended.
+    cutter: Option<ItemCutter>,
+    ready: VecDeque<String>,
+}
+
+impl<R: AsyncBufRead + Unpin> Batches<R> {
+    pub(crate) fn new(body: R, per_batch: usize) -> Batches<R> {
+        Batches {
+            body,
+            cutter: Some(ItemCutter::new(per_batch)),
+            ready: VecDeque::new(),
         }
     }
-    match cutter.finish() {
-        Ok(last) => {
-            if let Some(batch) = last {
-                let _ = batches.send(Ok(batch)).await;
+
+    /// The next batch; None after the last. Fails when the response breaks
+    /// off or ends early.
+    pub(crate) async fn next(&mut self) -> std::io::Result<Option<String>> {
+        loop {
+            if let Some(batch) = self.ready.pop_front() {
+                return Ok(Some(batch));
             }
-            Ok(())
+            let Some(cutter) = &mut self.cutter else {
+                return Ok(None);
+            };
+            let piece = self.body.fill_buf().await?;
+            if piece.is_empty() {
+                let ended = self.cutter.take().map(ItemCutter::finish);
+                return match ended {
+                    Some(Err(truncated)) => Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        truncated,
+                    )),
+                    Some(Ok(last)) => Ok(last),
+                    None => Ok(None),
+                };
+            }
+            self.ready.extend(cutter.feed(piece));
+            let read = piece.len();
+            self.body.consume_unpin(read);
         }
-        Err(truncated) => Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            truncated,
-        )),
     }
 }
 
@@ -251,6 +279,29 @@ mod tests {
         let mut cutter = ItemCutter::new(10);
         cutter.feed(text.as_bytes());
         assert!(cutter.finish().is_err());
+    }
+
+    /// Every batch of `text` read through [`Batches`], in pieces of 3 bytes.
+    async fn batches_of(text: &str) -> std::io::Result<Vec<Value>> {
+        let body = futures::io::BufReader::with_capacity(3, futures::io::Cursor::new(text));
+        let mut batches = Batches::new(body, 2);
+        let mut items = Vec::new();
+        while let Some(batch) = batches.next().await? {
+            let page: Value = serde_json::from_str(&batch).expect("a batch is JSON");
+            items.extend(page["items"].as_array().expect("items").clone());
+        }
+        assert!(batches.next().await?.is_none(), "read past the end");
+        Ok(items)
+    }
+
+    #[tokio::test]
+    async fn batches_read_a_response_to_its_end_and_no_further() {
+        let items: Vec<Value> = (0..5).map(|i| json!({"metadata": {"name": i}})).collect();
+        let text = json!({"kind": "List", "items": items}).to_string();
+        assert_eq!(batches_of(&text).await.expect("complete"), items);
+        let short = &text[..text.len() - 4];
+        let err = batches_of(short).await.expect_err("cut short");
+        assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof, "{err}");
     }
 
     fn arb_json() -> impl Strategy<Value = Value> {

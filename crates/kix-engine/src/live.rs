@@ -204,18 +204,11 @@ struct LeanManager {
     operation: Option<String>,
 }
 
+/// A batch of a LIST's items ([`crate::list_stream`]).
 #[derive(Deserialize)]
-struct LeanList {
-    metadata: ListPageMeta,
+struct LeanBatch {
     /// `null` when the list is empty.
     items: Option<Vec<LeanItem>>,
-}
-
-/// The list metadata of a LIST page: the token of the next page, if any.
-#[derive(Deserialize)]
-pub(crate) struct ListPageMeta {
-    #[serde(rename = "continue")]
-    pub(crate) continue_: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -318,13 +311,14 @@ impl serde::de::Visitor<'_> for KeyIndex {
     }
 }
 
-/// Objects per page of a metadata LIST: the response held at once. One
-/// LIST of 50,000 objects was 49 MB of text, more than 100 MB parsed.
-/// (The 4,500-object prune test of `tests/prune.rs` reads three pages.)
-const LIST_PAGE: u32 = 2_000;
+/// Objects parsed at once from a metadata LIST. The LIST is one request,
+/// read as it arrives ([`crate::list_stream`]): one LIST of 50,000 objects
+/// is 49 MB of text, more than 100 MB parsed, and paging it cost the
+/// apiserver twice the CPU.
+const LIST_BATCH: usize = 2_000;
 
-/// A metadata-only LIST of `resource` (in `namespace`, or everywhere), a
-/// page at a time, each page turned into [`Live`]s as it arrives.
+/// A metadata-only LIST of `resource` (in `namespace`, or everywhere), its
+/// items turned into [`Live`]s a batch at a time as the response arrives.
 async fn list_lean(
     client: &Client,
     resource: &Arc<ApiResource>,
@@ -333,24 +327,18 @@ async fn list_lean(
     params: &ListParams,
 ) -> kube::Result<Vec<Live>> {
     let url = DynamicObject::url_path(resource, namespace);
+    let request = kube::core::Request::new(&url)
+        .list_metadata(params)
+        .map_err(kube::Error::BuildRequest)?;
+    let body = client.request_stream(request).await?;
+    let mut batches = crate::list_stream::Batches::new(Box::pin(body), LIST_BATCH);
     let mut out = Vec::new();
-    let mut params = params.clone().limit(LIST_PAGE);
-    loop {
-        let request = kube::core::Request::new(&url)
-            .list_metadata(&params)
-            .map_err(kube::Error::BuildRequest)?;
-        let page: LeanList = client.request(request).await?;
-        out.extend(
-            page.items
-                .unwrap_or_default()
-                .into_iter()
-                .map(|item| to_live(item.metadata, resource, namespaced)),
-        );
-        match page.metadata.continue_ {
-            Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok(out),
-        }
+    while let Some(batch) = batches.next().await.map_err(kube::Error::ReadEvents)? {
+        let batch: LeanBatch = serde_json::from_str(&batch).map_err(kube::Error::SerdeError)?;
+        let items = batch.items.unwrap_or_default().into_iter();
+        out.extend(items.map(|item| to_live(item.metadata, resource, namespaced)));
     }
+    Ok(out)
 }
 
 fn to_live(meta: LeanMeta, resource: &Arc<ApiResource>, namespaced: bool) -> Live {

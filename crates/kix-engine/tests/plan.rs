@@ -542,8 +542,9 @@ async fn one_list_per_kind_and_no_get_per_object() {
 }
 
 fn check_requests(kit: &Kit, mark: audit::Mark, what: &str) {
-    // LISTs are paged: another kix test's thousands of ConfigMaps on the
-    // shared control plane make more pages of one LIST, not more LISTs.
+    // Reconcile mode's LIST of whole objects is paged: another kix test's
+    // thousands of ConfigMaps on the shared control plane make more pages
+    // of one LIST, not more LISTs.
     let requests: Vec<_> = kit
         .requests(mark)
         .into_iter()
