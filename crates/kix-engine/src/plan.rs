@@ -330,26 +330,84 @@ pub async fn plan(
     store_path: &str,
     options: &PlanOptions,
 ) -> Result<Plan> {
-    let kix_crds = records::crds_status(client).await?;
-    let all_records = records::list_all(client).await?;
+    let prefetched = Prefetched::start(client, &build.cluster, options).await?;
+    plan_prefetched(client, build, store_path, options, prefetched).await
+}
+
+/// What a plan reads of the cluster before it needs the build: the records,
+/// the kinds they name and, for a whole plan, the LIST of those kinds,
+/// started on a task of its own. A front end makes it while the build is
+/// read: at 50,000 objects that LIST then waits on the apiserver while the
+/// tree is parsed, not after.
+pub struct Prefetched {
+    cluster: String,
+    scoped: bool,
+    kix_crds: CrdState,
+    all_records: Vec<Activation>,
+    resources: Resources,
+    recorded: KindList,
+    early: Option<EarlyList>,
+}
+
+impl Prefetched {
+    /// Reads the records of every Kix cluster and the kinds `cluster`'s
+    /// records name, and starts listing those (unless `options` scope the
+    /// plan to named objects, which are read by name).
+    pub async fn start(
+        client: &Client,
+        cluster: &str,
+        options: &PlanOptions,
+    ) -> Result<Prefetched> {
+        let kix_crds = records::crds_status(client).await?;
+        let all_records = records::list_all(client).await?;
+        let mut resources = Resources::new(client.clone());
+        let mine = records::of_cluster(&all_records, cluster);
+        let recorded = recorded_kinds(&mine, &mut resources).await?;
+        let scoped = options.only.is_some();
+        let early = (!scoped).then(|| list_early(client, &recorded));
+        Ok(Prefetched {
+            cluster: cluster.to_string(),
+            scoped,
+            kix_crds,
+            all_records,
+            resources,
+            recorded,
+            early,
+        })
+    }
+}
+
+/// [`plan`], with the reads `prefetched` made. Prefetched for another Kix
+/// cluster or scope, they are made again.
+pub async fn plan_prefetched(
+    client: &Client,
+    build: &Build,
+    store_path: &str,
+    options: &PlanOptions,
+    prefetched: Prefetched,
+) -> Result<Plan> {
+    let prefetched =
+        if prefetched.cluster == build.cluster && prefetched.scoped == options.only.is_some() {
+            prefetched
+        } else {
+            Prefetched::start(client, &build.cluster, options).await?
+        };
+    let Prefetched {
+        kix_crds,
+        all_records,
+        mut resources,
+        recorded,
+        early,
+        ..
+    } = prefetched;
     let ctx = Ctx::new(&build.cluster, &all_records, options);
-    let mut resources = Resources::new(client.clone());
-    // The LIST of the kinds this cluster's records name starts now: it
-    // waits on the apiserver while the build's objects are made.
-    let mine = records::of_cluster(&all_records, &ctx.cluster);
-    let recorded = recorded_kinds(&mine, &mut resources).await?;
-    let (desired, observed) = match &options.only {
+    let desired = desired_objects(build, &mut resources, Shapes::Skipped).await?;
+    let observed = match &options.only {
         None => {
-            let early = list_early(client, &recorded);
-            let desired = desired_objects(build, &mut resources, Shapes::Skipped).await?;
-            let observed = observe(client, &desired, recorded, early, &ctx, options).await?;
-            (desired, observed)
+            let early = early.unwrap_or_else(|| list_early(client, &recorded));
+            observe(client, &desired, recorded, early, &ctx, options).await?
         }
-        Some(only) => {
-            let desired = desired_objects(build, &mut resources, Shapes::Skipped).await?;
-            let observed = observe_only(client, &desired, &recorded, only, &ctx, options).await?;
-            (desired, observed)
-        }
+        Some(only) => observe_only(client, &desired, &recorded, only, &ctx, options).await?,
     };
     let first_pass = desired
         .iter()

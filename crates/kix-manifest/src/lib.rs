@@ -40,5 +40,6 @@ pub use store_path::{
 };
 pub use tree::{
     Build, BuildSummary, DeletionBudget, FORMAT, Package, ReadOptions, Settings, read_tree,
+    settings_hint,
 };
 pub use version::compare_versions;

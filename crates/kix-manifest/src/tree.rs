@@ -290,6 +290,21 @@ struct PackageJson {
 
 // ---- the reader ------------------------------------------------------------
 
+/// The `settings` of the tree's `kix.json`, read on their own and not
+/// checked: a hint for what can start before the tree is read (the kube
+/// context). None when they cannot be read; [`read_tree`] says why.
+pub fn settings_hint(root: &Path) -> Option<Settings> {
+    #[derive(Deserialize)]
+    struct Head {
+        #[serde(default)]
+        settings: Settings,
+    }
+    let text = std::fs::read_to_string(root.join("kix.json")).ok()?;
+    serde_json::from_str::<Head>(&text)
+        .ok()
+        .map(|head| head.settings)
+}
+
 /// Reads and checks the manifest tree at `root`. See the [module
 /// documentation](self) for the layout and the checks.
 pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError> {

@@ -196,7 +196,11 @@ pub fn build_and_read(
     cluster: &str,
     options: &BuildOptions,
 ) -> Result<(StorePath, Build), BuildError> {
-    let path = build(source, options)?;
+    read_build_of(build(source, options)?, cluster)
+}
+
+/// [`read_build`], checking that it is the build of `cluster`.
+pub fn read_build_of(path: StorePath, cluster: &str) -> Result<(StorePath, Build), BuildError> {
     let build = read_build(&path)?;
     if build.cluster != cluster {
         return Err(BuildError::ClusterMismatch {

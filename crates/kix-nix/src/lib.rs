@@ -21,7 +21,9 @@ mod error;
 mod gcroots;
 mod store;
 
-pub use build::{BuildError, BuildOptions, BuildSource, build, build_and_read, read_build};
+pub use build::{
+    BuildError, BuildOptions, BuildSource, build, build_and_read, read_build, read_build_of,
+};
 pub use error::NixError;
 pub use gcroots::{
     DEFAULT_GCROOTS_DIR, GCROOTS_DIR_ENV, GcRoot, GcRoots, PER_USER_GCROOTS, default_gcroots_dir,

@@ -8,6 +8,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
+use futures::FutureExt;
+use kix_engine::plan::{PlanOptions, Prefetched};
 use kix_manifest::Build;
 use kix_nix::{BuildOptions, BuildSource, StorePath};
 use serde::Serialize;
@@ -113,6 +115,85 @@ impl SourceArgs {
         warn_secrets(&build);
         Ok((path, build))
     }
+}
+
+/// A build read for a plan, the client of its kube context, and the
+/// plan's first reads of that cluster.
+pub struct ReadForPlan {
+    pub path: StorePath,
+    pub build: Build,
+    pub client: kube::Client,
+    pub prefetched: Prefetched,
+}
+
+impl SourceArgs {
+    /// [`SourceArgs::build_and_read`] for a plan: the plan's first reads of
+    /// the cluster ([`Prefetched`]) start, on the kube context the build's
+    /// `kix.json` names, while the tree is read. A build that cannot be
+    /// read fails as it would alone; what was prefetched is dropped.
+    pub async fn build_and_read_for_plan(
+        &self,
+        cluster: &str,
+        global: &GlobalArgs,
+        options: &PlanOptions,
+    ) -> anyhow::Result<ReadForPlan> {
+        let source = self.source(cluster);
+        let build_options = self.options(global, &[]);
+        let described = source.to_string();
+        let path = tokio::task::spawn_blocking(move || kix_nix::build(&source, &build_options))
+            .await
+            .context("the build task failed")?
+            .with_context(|| format!("building {described}"))?;
+        let context = kix_manifest::settings_hint(path.as_path()).map(|s| s.context);
+        let early = match &context {
+            // A context that does not load fails later, after the tree is
+            // read, as it does without this.
+            Some(context) => crate::kube_client::client(global, context.as_deref())
+                .await
+                .ok()
+                .map(|client| {
+                    let (prefetching, handle) =
+                        prefetch(client.clone(), cluster, options).remote_handle();
+                    tokio::spawn(prefetching);
+                    (client, handle)
+                }),
+            None => None,
+        };
+        let owned = cluster.to_owned();
+        let (path, build) =
+            tokio::task::spawn_blocking(move || kix_nix::read_build_of(path, &owned))
+                .await
+                .context("the build task failed")?
+                .with_context(|| format!("building {described}"))?;
+        warn_secrets(&build);
+        let (client, prefetched) = match early {
+            Some((client, prefetched)) if context.as_ref() == Some(&build.settings.context) => {
+                (client, prefetched.await?)
+            }
+            _ => {
+                let client =
+                    crate::kube_client::client(global, build.settings.context.as_deref()).await?;
+                let prefetched = Prefetched::start(&client, cluster, options).await?;
+                (client, prefetched)
+            }
+        };
+        Ok(ReadForPlan {
+            path,
+            build,
+            client,
+            prefetched,
+        })
+    }
+}
+
+/// [`Prefetched::start`], owning what it reads from: for a task of its own.
+fn prefetch(
+    client: kube::Client,
+    cluster: &str,
+    options: &PlanOptions,
+) -> impl Future<Output = kix_engine::Result<Prefetched>> + Send + use<> {
+    let (cluster, options) = (cluster.to_owned(), options.clone());
+    async move { Prefetched::start(&client, &cluster, &options).await }
 }
 
 pub async fn exec(args: BuildArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {

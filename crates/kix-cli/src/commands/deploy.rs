@@ -136,22 +136,6 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
         Some(file) => Some(read_saved_plan(file, &args.cluster)?),
         None => None,
     };
-    let (path, build) = match &saved {
-        Some(saved) => {
-            super::rollback::read_store_build(
-                "the build the plan names",
-                &saved.store_path,
-                &args.cluster,
-            )
-            .await?
-        }
-        None => {
-            args.source
-                .build_and_read(&args.cluster, global, &[])
-                .await?
-        }
-    };
-    let client = crate::kube_client::client(global, build.settings.context.as_deref()).await?;
     // Operator mode shows the operator's plan: its engine settings, not the
     // local-engine flags. A saved plan runs with the options it was made
     // with, for the executor it was made for.
@@ -163,7 +147,36 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
         _ if args.operator => super::operator::plan_options(),
         _ => args.engine.plan_options(),
     };
-    let plan = kix_engine::plan::plan(&client, &build, path.as_str(), &plan_options).await?;
+    let (path, build, client, plan) = match &saved {
+        Some(saved) => {
+            let (path, build) = super::rollback::read_store_build(
+                "the build the plan names",
+                &saved.store_path,
+                &args.cluster,
+            )
+            .await?;
+            let client =
+                crate::kube_client::client(global, build.settings.context.as_deref()).await?;
+            let plan =
+                kix_engine::plan::plan(&client, &build, path.as_str(), &plan_options).await?;
+            (path, build, client, plan)
+        }
+        None => {
+            let read = args
+                .source
+                .build_and_read_for_plan(&args.cluster, global, &plan_options)
+                .await?;
+            let plan = kix_engine::plan::plan_prefetched(
+                &read.client,
+                &read.build,
+                read.path.as_str(),
+                &plan_options,
+                read.prefetched,
+            )
+            .await?;
+            (read.path, read.build, read.client, plan)
+        }
+    };
     if let (Some(saved), Some(file)) = (&saved, &args.plan) {
         let moved = saved.moved(&plan);
         if !moved.is_empty() {

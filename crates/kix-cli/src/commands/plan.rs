@@ -70,18 +70,25 @@ impl EngineArgs {
 }
 
 pub async fn exec(args: PlanArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
-    let (path, build) = args
-        .source
-        .build_and_read(&args.cluster, global, &[])
-        .await?;
-    let client = crate::kube_client::client(global, build.settings.context.as_deref()).await?;
     let options = if args.operator {
         super::operator::warn_local_engine_flags();
         super::operator::plan_options()
     } else {
         args.engine.plan_options()
     };
-    let plan = kix_engine::plan::plan(&client, &build, path.as_str(), &options).await?;
+    let read = args
+        .source
+        .build_and_read_for_plan(&args.cluster, global, &options)
+        .await?;
+    let (client, build) = (&read.client, &read.build);
+    let plan = kix_engine::plan::plan_prefetched(
+        client,
+        build,
+        read.path.as_str(),
+        &options,
+        read.prefetched,
+    )
+    .await?;
     print_plan(&plan, args.output, args.show_unchanged)?;
     if let Some(file) = &args.out {
         let document = kix_engine::seal::saved_document(&plan, args.operator);
