@@ -122,7 +122,10 @@ async fn a_tree_that_cannot_be_read_is_reported_before_the_cluster() {
             .args(["broken", "--path", &path]));
         assert_eq!(out.code, Some(1), "{command:?}: {out}");
         assert!(out.stderr.contains("bad.yaml"), "{command:?}: {out}");
-        assert!(!out.stderr.contains("does not answer"), "{command:?}: {out}");
+        assert!(
+            !out.stderr.contains("does not answer"),
+            "{command:?}: {out}"
+        );
         assert!(!out.stderr.contains("Connect"), "{command:?}: {out}");
     }
 }
