@@ -249,6 +249,12 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
         .filter(|r| Some(r.name_any()) != current.map(|c| c.name_any()))
         .map(|r| RecordSummary::new(r, false));
     let clusters = activation_clusters(&all);
+    // Read meanwhile: it was a round trip after the judging.
+    let (instances, package_instances) = {
+        let (client, cluster) = (client.clone(), cluster.to_string());
+        async move { records::package_instances(&client, &cluster).await }.remote_handle()
+    };
+    tokio::spawn(instances);
 
     // The kinds this cluster's records name are listed from now on, their
     // pages fetched ahead (a bounded number) while the build is read.
@@ -429,7 +435,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             counts.add(o.health);
         }
     }
-    let package_instances = records::package_instances(client, cluster)
+    let package_instances = package_instances
         .await?
         .into_iter()
         .map(|p| InstanceSummary {
