@@ -9,26 +9,11 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use kix_testkit::TestEnv;
-use kube::config::Kubeconfig;
 
 /// A kubeconfig of two contexts: the control plane's (returned by name),
 /// and the current one, "nowhere", whose server nothing listens on.
 fn two_contexts(dir: &Path) -> (PathBuf, String) {
-    let mut kubeconfig =
-        Kubeconfig::read_from(kix_testkit::kubeconfig_path()).expect("admin kubeconfig");
-    let mut cluster = kubeconfig.clusters[0].clone();
-    cluster.name = "nowhere".into();
-    cluster.cluster.as_mut().expect("cluster").server = Some("https://127.0.0.1:1".into());
-    let mut context = kubeconfig.contexts[0].clone();
-    context.name = "nowhere".into();
-    context.context.as_mut().expect("context").cluster = "nowhere".into();
-    let good = kubeconfig.contexts[0].name.clone();
-    kubeconfig.clusters.push(cluster);
-    kubeconfig.contexts.push(context);
-    kubeconfig.current_context = Some("nowhere".into());
-    let path = dir.join("two-contexts.kubeconfig");
-    std::fs::write(&path, serde_json::to_string(&kubeconfig).expect("json")).expect("write");
-    (path, good)
+    kix_testkit::kubeconfig_with_unreachable_context(dir, "nowhere").expect("kubeconfig")
 }
 
 /// A tree of one ConfigMap in `namespace` whose `kix.json` names `context`,

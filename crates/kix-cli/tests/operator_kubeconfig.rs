@@ -147,20 +147,8 @@ async fn context_flag_picks_the_server_and_bad_flags_write_nothing() {
     let kix = Kix::new("sa-kubeconfig-context").await;
     create_service_account(&kix, "robot").await;
     create_token_secret(&kix, "robot-token", "robot").await;
-    let mut kubeconfig =
-        Kubeconfig::read_from(kix_testkit::kubeconfig_path()).expect("admin kubeconfig");
-    let mut nowhere = kubeconfig.clusters[0].clone();
-    nowhere.name = "nowhere".into();
-    nowhere.cluster.as_mut().expect("cluster").server = Some("https://127.0.0.1:1".into());
-    let mut broken = kubeconfig.contexts[0].clone();
-    broken.name = "broken".into();
-    broken.context.as_mut().expect("context").cluster = "nowhere".into();
-    let good = kubeconfig.contexts[0].name.clone();
-    kubeconfig.clusters.push(nowhere);
-    kubeconfig.contexts.push(broken);
-    kubeconfig.current_context = Some("broken".into());
-    let admin = kix.dir.path().join("two-contexts.kubeconfig");
-    std::fs::write(&admin, serde_json::to_string(&kubeconfig).expect("json")).expect("write");
+    let (admin, good) = kix_testkit::kubeconfig_with_unreachable_context(kix.dir.path(), "broken")
+        .expect("kubeconfig");
 
     let run = |context: &str, out: &Path| {
         kix.kix(&[

@@ -42,6 +42,37 @@ pub fn kubeconfig_path() -> PathBuf {
     control_plane_dir().join("admin.kubeconfig")
 }
 
+/// A copy of the admin kubeconfig in `dir` with a second context,
+/// `unreachable`, whose server nothing listens on, made the current one.
+/// Returns its path and the name of the control plane's context.
+pub fn kubeconfig_with_unreachable_context(
+    dir: &Path,
+    unreachable: &str,
+) -> Result<(PathBuf, String)> {
+    let mut kubeconfig = Kubeconfig::read_from(kubeconfig_path())?;
+    let (Some(cluster), Some(context)) = (kubeconfig.clusters.first(), kubeconfig.contexts.first())
+    else {
+        anyhow::bail!("the admin kubeconfig has no cluster or no context");
+    };
+    let (mut cluster, mut context) = (cluster.clone(), context.clone());
+    let reachable = context.name.clone();
+    cluster.name = format!("{unreachable}-cluster");
+    if let Some(c) = cluster.cluster.as_mut() {
+        c.server = Some("https://127.0.0.1:1".into());
+    }
+    context.name = unreachable.into();
+    if let Some(c) = context.context.as_mut() {
+        c.cluster = cluster.name.clone();
+    }
+    kubeconfig.clusters.push(cluster);
+    kubeconfig.contexts.push(context);
+    kubeconfig.current_context = Some(unreachable.into());
+    let path = dir.join(format!("{unreachable}.kubeconfig"));
+    std::fs::write(&path, serde_json::to_string(&kubeconfig)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok((path, reachable))
+}
+
 /// Where the component logs are, for failure messages.
 pub fn logs_dir() -> PathBuf {
     control_plane_dir().join("logs")
