@@ -112,15 +112,13 @@ pub async fn desired_objects(
             .map(|part| {
                 let kinds = &kinds;
                 scope.spawn(move || {
-                    let mut known = KnownShapes::default();
-                    let mut shape_of =
-                        |manifest: &Value| (shapes == Shapes::Made).then(|| known.shared(manifest));
+                    let mut known = (shapes == Shapes::Made).then(KnownShapes::default);
                     part.iter()
                         .map(|object| {
                             let kind = (object.api_version.as_str(), object.key.kind.as_str());
                             // Every kind was resolved above.
                             let resource = Arc::clone(&kinds[&kind]);
-                            desired_object(build, object, resource, &mut shape_of)
+                            desired_object(build, object, resource, known.as_mut())
                         })
                         .collect::<Vec<_>>()
                 })
@@ -141,19 +139,21 @@ struct KnownShapes(HashMap<String, Arc<str>>);
 impl KnownShapes {
     fn shared(&mut self, manifest: &Value) -> Arc<str> {
         let skeleton = crate::ownership::skeleton(manifest);
-        match self.0.get(&skeleton) {
-            Some(shape) => Arc::clone(shape),
-            None => Arc::clone(self.0.entry(skeleton.clone()).or_insert(skeleton.into())),
-        }
+        Arc::clone(
+            self.0
+                .entry(skeleton)
+                .or_insert_with_key(|skeleton| skeleton.as_str().into()),
+        )
     }
 }
 
-/// One object of the build as kix applies it.
+/// One object of the build as kix applies it; its shape when `known` is
+/// given ([`Shapes::Made`]).
 fn desired_object(
     build: &Build,
     object: &Object,
     resource: Arc<Resource>,
-    shape_of: &mut impl FnMut(&Value) -> Option<Arc<str>>,
+    known: Option<&mut KnownShapes>,
 ) -> Desired {
     let mut key = scoped_key(&object.key, resource.namespaced);
     if resource.namespaced && key.namespace.is_none() {
@@ -171,8 +171,11 @@ fn desired_object(
     let mut manifest = settled(&read, &key, resource.namespaced, &handed_off);
     stamp_labels(&mut manifest, &key, &object.package);
     let digest = canonical_digest(&manifest);
-    stamp_digest(&mut manifest, &digest);
-    let shape = shape_of(&manifest);
+    // The shape is of the manifest as applied, digest annotation included.
+    let shape = known.map(|known| {
+        stamp_digest(&mut manifest, &digest);
+        known.shared(&manifest)
+    });
     Desired {
         shape,
         rank: kind_rank(&key.group, &key.kind),
