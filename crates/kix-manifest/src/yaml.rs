@@ -396,11 +396,10 @@ impl<'a> Composer<'a> {
         match style {
             ScalarStyle::DoubleQuoted => {
                 let source = span.slice(self.text).unwrap_or_default();
-                if source.contains("\\/") && has_escaped_slash(source) {
-                    return Err(self.error(
-                        span,
-                        "the escape `\\/`, which kubectl's YAML reader does not know: write `/`",
-                    ));
+                if source.contains('\\')
+                    && let Some(refused) = escape_kubectl_refuses(source)
+                {
+                    return Err(self.error(span, refused));
                 }
             }
             ScalarStyle::Plain
@@ -640,19 +639,35 @@ impl<'a> Composer<'a> {
     }
 }
 
-/// Whether double-quoted source text has the escape `\/` (a backslash not
-/// itself escaped, then `/`).
-fn has_escaped_slash(source: &str) -> bool {
-    let mut escaped = false;
-    for c in source.chars() {
-        if escaped {
-            if c == '/' {
-                return true;
+/// An escape of double-quoted source text that kubectl's YAML reader
+/// (go-yaml v2) does not read, and what to write instead: `\/`, which it
+/// does not know, and `\u` of a UTF-16 surrogate (`\ud83d`), which it
+/// refuses where JSON would join a pair.
+fn escape_kubectl_refuses(source: &str) -> Option<&'static str> {
+    let mut chars = source.char_indices();
+    while let Some((i, c)) = chars.next() {
+        if c != '\\' {
+            continue;
+        }
+        match chars.next() {
+            Some((_, '/')) => {
+                return Some(
+                    "the escape `\\/`, which kubectl's YAML reader does not know: write `/`",
+                );
             }
-            escaped = false;
-        } else if c == '\\' {
-            escaped = true;
+            Some((_, 'u'))
+                if source
+                    .get(i + 2..i + 6)
+                    .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+                    .is_some_and(|code| (0xD800..=0xDFFF).contains(&code)) =>
+            {
+                return Some(
+                    "a `\\u` escape of a UTF-16 surrogate, which kubectl's YAML reader refuses: \
+                     write the character itself or `\\U` and its 8 hex digits",
+                );
+            }
+            _ => {}
         }
     }
-    false
+    None
 }
