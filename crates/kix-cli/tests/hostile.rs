@@ -19,6 +19,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kix_api::{Activation, Phase};
 use kix_testkit::TestEnv;
@@ -241,6 +242,110 @@ async fn malformed_trees_and_oversized_files_are_rejected_before_any_write() {
         not_reads.is_empty(),
         "malformed trees made requests other than reads: {not_reads:#?}"
     );
+    admin.remove().await;
+    let _ = kix_testkit::delete_namespace(&env.client, &env.namespace).await;
+}
+
+/// A directory in the store that Nix has not registered (half-written, or
+/// put there by hand), unique to this run: a store path name with a hash
+/// of its own.
+fn unregistered_store_dir(label: &str) -> PathBuf {
+    const NIX_BASE32: &[u8] = b"0123456789abcdfghijklmnpqrsvwxyz";
+    let unique = kix_testkit::unique_name(label);
+    let hash: String = unique
+        .bytes()
+        .cycle()
+        .zip(0u32..32)
+        .map(|(b, i)| NIX_BASE32[((u32::from(b) * 7 + i * 13) % 32) as usize] as char)
+        .collect();
+    PathBuf::from(format!("/nix/store/{hash}-{unique}"))
+}
+
+/// Removes the directories when dropped (Nix does not know them: `nix-store
+/// --delete` would refuse).
+struct RemoveOnDrop(Vec<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// `kix plan` and `kix deploy` refuse a store path Nix has not registered,
+/// naming it, whatever its tree holds, and write nothing. Its validity is
+/// checked beside the tree's read: the check's verdict comes first, also
+/// over a tree that cannot be read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_path_nix_has_not_registered_is_refused_before_any_write() {
+    let env = TestEnv::new("hostile-unregistered")
+        .await
+        .expect("control plane");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let admin = Admin::new(&env, scratch.path()).await;
+    let gcroots = scratch.path().join("gcroots");
+    let cp_dir = kix_testkit::control_plane_dir();
+    let readable = unregistered_store_dir("kix-unregistered");
+    let malformed = unregistered_store_dir("kix-unregistered-bad");
+    let _cleanup = RemoveOnDrop(vec![readable.clone(), malformed.clone()]);
+    let configmap =
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: unregistered}\ndata: {a: b}\n";
+    for (dir, file) in [
+        (&readable, configmap.to_vec()),
+        (&malformed, b"kind: [unclosed\n".to_vec()),
+    ] {
+        write_tree(
+            dir,
+            &env.cluster,
+            &[Pkg {
+                name: "web".into(),
+                depends_on: vec![],
+                namespace: env.namespace.clone(),
+                files: vec![("cm.yaml".into(), file)],
+            }],
+        );
+    }
+
+    let mark = audit_mark(&cp_dir);
+    for dir in [&readable, &malformed] {
+        for command in [&["plan"][..], &["deploy", "--yes"][..]] {
+            let out = run(kix(&admin.kubeconfig, &gcroots)
+                .arg(command[0])
+                .arg(&env.cluster)
+                .arg("--path")
+                .arg(dir)
+                .args(&command[1..]));
+            assert_eq!(
+                out.code,
+                Some(1),
+                "{command:?} {}: exit 1: {out}",
+                dir.display()
+            );
+            assert!(
+                out.stderr.contains(&format!(
+                    "store path {} is not valid and could not be realised",
+                    dir.display()
+                )),
+                "{command:?} {}: the error is the store's, naming the path: {out}",
+                dir.display()
+            );
+        }
+    }
+    let requests = admin.requests_since(mark).await;
+    let not_reads: Vec<&Audited> = requests
+        .iter()
+        .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+        .collect();
+    assert!(
+        not_reads.is_empty(),
+        "unregistered store paths made requests other than reads: {not_reads:#?}"
+    );
+    let applied = Api::<ConfigMap>::namespaced(env.client.clone(), &env.namespace)
+        .get_opt("unregistered")
+        .await
+        .expect("read the ConfigMap");
+    assert!(applied.is_none(), "nothing was applied: {applied:?}");
     admin.remove().await;
     let _ = kix_testkit::delete_namespace(&env.client, &env.namespace).await;
 }

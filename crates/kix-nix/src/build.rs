@@ -8,7 +8,7 @@ use kix_manifest::{Build, StorePath};
 
 use crate::NixError;
 use crate::command::{EXPERIMENTAL, NIX, NixCommand};
-use crate::store;
+use crate::store::{self, Resolved};
 
 /// Where the build comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,8 +108,16 @@ impl BuildOptions {
 /// Builds `source` and returns the store path of the result. A
 /// [`BuildSource::Path`] is not built: see [`store::resolve_path`].
 pub fn build(source: &BuildSource, options: &BuildOptions) -> Result<StorePath, NixError> {
+    let built = build_unchecked(source, options)?;
+    built.check()?;
+    Ok(built.path)
+}
+
+/// [`build`], leaving the validity check of a `--path` store path to
+/// [`Resolved::check`] ([`store::resolve_path_unchecked`]).
+pub fn build_unchecked(source: &BuildSource, options: &BuildOptions) -> Result<Resolved, NixError> {
     let command = match source {
-        BuildSource::Path(path) => return store::resolve_path(path),
+        BuildSource::Path(path) => return store::resolve_path_unchecked(path),
         BuildSource::Flake { .. } => nix_build(options),
         BuildSource::File { file, .. } => nix_build(options).arg("--file").arg(file),
     };
@@ -121,7 +129,7 @@ pub fn build(source: &BuildSource, options: &BuildOptions) -> Result<StorePath, 
     let out = command.run(options.show_progress)?;
     let path = parse_build_json(&command.display(), &out.stdout)?;
     tracing::info!(path = %path, "built");
-    Ok(path)
+    Ok(Resolved::valid(path))
 }
 
 fn nix_build(options: &BuildOptions) -> NixCommand {

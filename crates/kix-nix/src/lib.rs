@@ -7,7 +7,7 @@
 //! - [`build_and_read`] also reads the manifest tree (kix-manifest) and checks
 //!   the cluster name: what `kix build`, `kix plan` and `kix deploy` share.
 //! - [`is_valid`], [`realise`], [`ensure_valid`], [`add_to_store`],
-//!   [`resolve_path`]: the store.
+//!   [`resolve_path`], [`resolve_path_unchecked`]: the store.
 //! - [`GcRoots`]: a GC root per Activation.
 //!
 //! Everything is synchronous `std::process`; async callers use
@@ -22,11 +22,15 @@ mod gcroots;
 mod store;
 
 pub use build::{
-    BuildError, BuildOptions, BuildSource, build, build_and_read, read_build, read_build_of,
+    BuildError, BuildOptions, BuildSource, build, build_and_read, build_unchecked, read_build,
+    read_build_of,
 };
 pub use error::NixError;
 pub use gcroots::{
     DEFAULT_GCROOTS_DIR, GCROOTS_DIR_ENV, GcRoot, GcRoots, PER_USER_GCROOTS, default_gcroots_dir,
 };
 pub use kix_manifest::StorePath;
-pub use store::{add_to_store, ensure_valid, is_valid, realise, resolve_path, store_dir};
+pub use store::{
+    Checked, Resolved, add_to_store, ensure_valid, is_valid, realise, resolve_path,
+    resolve_path_unchecked, store_dir,
+};

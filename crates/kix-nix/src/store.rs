@@ -38,11 +38,11 @@ pub fn realise(path: &StorePath) -> Result<(), NixError> {
 
 /// Checks `path` and realises it when it is not valid.
 pub fn ensure_valid(path: &StorePath) -> Result<(), NixError> {
-    if is_valid(path)? {
-        return Ok(());
-    }
-    tracing::info!(path = %path, "not in the local store, realising");
-    realise(path)
+    let unchecked = Resolved {
+        path: path.clone(),
+        checked: false,
+    };
+    unchecked.check().map(drop)
 }
 
 /// Adds a directory (recursively, as it is: symlinks stay symlinks) to the
@@ -93,6 +93,52 @@ pub fn add_to_store(dir: &Path) -> Result<StorePath, NixError> {
 /// from the substituters otherwise); or a plain directory holding a manifest
 /// tree, which is added to the store first.
 pub fn resolve_path(path: &Path) -> Result<StorePath, NixError> {
+    let resolved = resolve_path_unchecked(path)?;
+    resolved.check()?;
+    Ok(resolved.path)
+}
+
+/// A store path found for a build, whose validity may still be to check.
+#[derive(Debug)]
+pub struct Resolved {
+    pub path: StorePath,
+    /// Checked (or made) valid already.
+    checked: bool,
+}
+
+/// What [`Resolved::check`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checked {
+    /// Valid as it was found: what was read from it stands.
+    AsFound,
+    /// It was not valid and was realised: read it again.
+    Realised,
+}
+
+impl Resolved {
+    /// A path that is valid: made by `nix build` or added to the store.
+    pub fn valid(path: StorePath) -> Resolved {
+        Resolved {
+            path,
+            checked: true,
+        }
+    }
+
+    /// Checks that the path is valid here, realising it when it is not.
+    pub fn check(&self) -> Result<Checked, NixError> {
+        if self.checked || is_valid(&self.path)? {
+            return Ok(Checked::AsFound);
+        }
+        tracing::info!(path = %self.path, "not in the local store, realising");
+        realise(&self.path)?;
+        Ok(Checked::Realised)
+    }
+}
+
+/// [`resolve_path`], leaving the validity check of a store path found here to
+/// [`Resolved::check`]: that is a `nix-store` run (a tenth of a second),
+/// which can go beside reading the path.
+pub fn resolve_path_unchecked(path: &Path) -> Result<Resolved, NixError> {
     let canonical = match std::fs::canonicalize(path) {
         Ok(canonical) => canonical,
         Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
@@ -101,7 +147,7 @@ pub fn resolve_path(path: &Path) -> Result<StorePath, NixError> {
                 && let Ok(store_path) = StorePath::parse(text)
             {
                 realise(&store_path)?;
-                return Ok(store_path);
+                return Ok(Resolved::valid(store_path));
             }
             return Err(NixError::PathNotFound {
                 path: path.to_path_buf(),
@@ -136,8 +182,10 @@ pub fn resolve_path(path: &Path) -> Result<StorePath, NixError> {
                 return Err(err.into());
             }
         };
-        ensure_valid(&store_path)?;
-        return Ok(store_path);
+        return Ok(Resolved {
+            path: store_path,
+            checked: false,
+        });
     }
 
     if !canonical.is_dir() {
@@ -153,7 +201,7 @@ pub fn resolve_path(path: &Path) -> Result<StorePath, NixError> {
             reason: "no kix.json in this directory: not a kix manifest tree".into(),
         });
     }
-    add_to_store(&canonical)
+    add_to_store(&canonical).map(Resolved::valid)
 }
 
 /// A store path name made from `base`: characters Nix does not allow become

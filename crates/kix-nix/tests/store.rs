@@ -84,6 +84,33 @@ fn validity_and_realise() {
 }
 
 #[test]
+fn a_path_is_found_first_and_checked_after() {
+    // Registered: found, then checked as found.
+    let path = fresh_store_path("unchecked");
+    let resolved = kix_nix::resolve_path_unchecked(path.as_path()).expect("found");
+    assert_eq!(resolved.path, path);
+    assert_eq!(resolved.check().expect("valid"), kix_nix::Checked::AsFound);
+
+    // On disk but not registered (half-written, or put there by hand): found,
+    // and the check refuses it, naming it (no substituter has it here).
+    nix_store_delete(&path).expect("delete");
+    std::fs::create_dir(path.as_path()).expect("an unregistered directory in the store");
+    std::fs::write(path.as_path().join("kix.json"), "{}").expect("write");
+    let resolved = kix_nix::resolve_path_unchecked(path.as_path()).expect("found");
+    let err = resolved.check().expect_err("not valid");
+    let checked_at_once = kix_nix::resolve_path(path.as_path());
+    std::fs::remove_dir_all(path.as_path()).expect("remove the unregistered directory");
+    assert!(
+        matches!(&err, NixError::NotRealisable { path: p, .. } if p == path.as_str()),
+        "{err:?}"
+    );
+    assert!(
+        matches!(checked_at_once, Err(NixError::NotRealisable { .. })),
+        "{checked_at_once:?}"
+    );
+}
+
+#[test]
 fn resolve_path_of_a_store_path_and_of_a_symlink_to_one() {
     let path = fresh_store_path("resolve");
     assert_eq!(

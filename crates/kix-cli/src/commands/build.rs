@@ -11,7 +11,7 @@ use clap::Args;
 use futures::FutureExt;
 use kix_engine::plan::{PlanOptions, Prefetched};
 use kix_manifest::Build;
-use kix_nix::{BuildOptions, BuildSource, StorePath};
+use kix_nix::{BuildOptions, BuildSource, Checked, StorePath};
 use serde::Serialize;
 
 use super::validate::{self, VersionArg};
@@ -140,10 +140,16 @@ impl SourceArgs {
         let source = self.source(cluster);
         let build_options = self.options(global, &[]);
         let described = source.to_string();
-        let path = tokio::task::spawn_blocking(move || kix_nix::build(&source, &build_options))
-            .await
-            .context("the build task failed")?
-            .with_context(|| format!("building {described}"))?;
+        let resolved =
+            tokio::task::spawn_blocking(move || kix_nix::build_unchecked(&source, &build_options))
+                .await
+                .context("the build task failed")?
+                .with_context(|| format!("building {described}"))?;
+        let path = resolved.path.clone();
+        // A `--path`'s validity check (a nix-store run) goes beside the
+        // reads: it decides before anything read is used, and a path it had
+        // to realise is read again.
+        let checking = tokio::task::spawn_blocking(move || resolved.check());
         let context = kix_manifest::settings_hint(path.as_path()).map(|s| s.context);
         let early = match &context {
             // A context that does not load fails later, after the tree is
@@ -159,12 +165,19 @@ impl SourceArgs {
                 }),
             None => None,
         };
-        let owned = cluster.to_owned();
-        let (path, build) =
-            tokio::task::spawn_blocking(move || kix_nix::read_build_of(path, &owned))
-                .await
-                .context("the build task failed")?
-                .with_context(|| format!("building {described}"))?;
+        let read = read_build_of(path.clone(), cluster).await;
+        // A tree that cannot be read fails on its own: its reads of the
+        // cluster stop now, not after the check.
+        let early = early.filter(|_| read.is_ok());
+        let checked = checking
+            .await
+            .context("the build task failed")?
+            .with_context(|| format!("building {described}"))?;
+        let read = match checked {
+            Checked::AsFound => read,
+            Checked::Realised => read_build_of(path, cluster).await,
+        };
+        let (path, build) = read.with_context(|| format!("building {described}"))?;
         warn_secrets(&build);
         let (client, prefetched) = match early {
             Some((client, prefetched)) if context.as_ref() == Some(&build.settings.context) => {
@@ -184,6 +197,16 @@ impl SourceArgs {
             prefetched,
         })
     }
+}
+
+/// [`kix_nix::read_build_of`] on a blocking thread.
+async fn read_build_of(path: StorePath, cluster: &str) -> anyhow::Result<(StorePath, Build)> {
+    let cluster = cluster.to_owned();
+    Ok(
+        tokio::task::spawn_blocking(move || kix_nix::read_build_of(path, &cluster))
+            .await
+            .context("the build task failed")??,
+    )
 }
 
 /// [`Prefetched::start`], owning what it reads from: for a task of its own.
