@@ -79,9 +79,7 @@ pub fn owner_value(group: &str, kind: &str, namespace: Option<&str>, name: &str)
     hasher.update(namespace.unwrap_or_default().as_bytes());
     hasher.update(b"/");
     hasher.update(name.as_bytes());
-    let mut hex = hex::encode(hasher.finalize());
-    hex.truncate(OWNER_VALUE_LEN);
-    hex
+    hex::encode(&hasher.finalize()[..OWNER_VALUE_LEN / 2])
 }
 
 /// The group of an `apiVersion` (`"apps/v1"` → `"apps"`, `"v1"` → `""`).

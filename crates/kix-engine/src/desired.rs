@@ -104,32 +104,16 @@ pub async fn desired_objects(
         kinds.insert(kind, Arc::new(resource));
     }
     let objects: Vec<&Object> = build.objects().collect();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let per_thread = objects.len().div_ceil(threads).max(1);
-    let made = std::thread::scope(|scope| {
-        let parts: Vec<_> = objects
-            .chunks(per_thread)
-            .map(|part| {
-                let kinds = &kinds;
-                scope.spawn(move || {
-                    let mut known = (shapes == Shapes::Made).then(KnownShapes::default);
-                    part.iter()
-                        .map(|object| {
-                            let kind = (object.api_version.as_str(), object.key.kind.as_str());
-                            // Every kind was resolved above.
-                            let resource = Arc::clone(&kinds[&kind]);
-                            desired_object(build, object, resource, known.as_mut())
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        parts
-            .into_iter()
-            .map(|part| part.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect::<Vec<_>>()
-    });
-    Ok(made.into_iter().flatten().collect())
+    Ok(crate::parallel::map_with(
+        &objects,
+        || (shapes == Shapes::Made).then(KnownShapes::default),
+        |known, object| {
+            let kind = (object.api_version.as_str(), object.key.kind.as_str());
+            // Every kind was resolved above.
+            let resource = Arc::clone(&kinds[&kind]);
+            desired_object(build, object, resource, known.as_mut())
+        },
+    ))
 }
 
 /// Each skeleton once, shared by the objects that have it.

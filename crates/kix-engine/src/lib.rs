@@ -26,6 +26,7 @@ pub mod migrations;
 pub mod order;
 pub mod ownership;
 pub mod packages;
+mod parallel;
 pub mod plan;
 pub mod prune;
 pub mod records;

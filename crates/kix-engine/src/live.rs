@@ -1,7 +1,7 @@
 //! The live state kix owns: one LIST per kind with kix's label selector, read
 //! as metadata only (the digest annotation is the plan's fast path).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -10,7 +10,7 @@ use kix_api::{
     ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, ANNOTATION_PRUNE, LABEL_OWNER, LABEL_PACKAGE,
     PRUNE_DISABLED, owner_value,
 };
-use kix_manifest::ObjectKey;
+use kix_manifest::{KeyMap, ObjectKey};
 use kube::api::{DynamicObject, ListParams};
 use kube::discovery::ApiResource;
 use kube::{Client, Resource};
@@ -97,7 +97,7 @@ pub async fn list_kinds(
     client: &Client,
     kinds: Vec<(ApiResource, bool)>,
     selector: Option<&str>,
-) -> Result<HashMap<ObjectKey, Live>> {
+) -> Result<KeyMap<ObjectKey, Live>> {
     let lists = stream::iter(kinds.into_iter().map(|(resource, namespaced)| {
         let client = client.clone();
         let selector = selector.map(str::to_string);
@@ -126,8 +126,8 @@ pub async fn list_unlabelled(
     resource: &ApiResource,
     namespaced: bool,
     namespaces: &BTreeSet<Option<String>>,
-) -> Result<HashMap<ObjectKey, Live>> {
-    let mut out = HashMap::new();
+) -> Result<KeyMap<ObjectKey, Live>> {
+    let mut out = KeyMap::default();
     let resource = Arc::new(resource.clone());
     for ns in namespaces {
         let ns = match (namespaced, ns) {

@@ -4,11 +4,11 @@
 //! Reads only: one LIST per kind (metadata, kix's label selector), discovery,
 //! and a server-side dry-run apply for the objects whose content changed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use futures::{FutureExt, StreamExt, stream};
 use kix_api::Activation;
-use kix_manifest::{Build, ObjectKey};
+use kix_manifest::{Build, KeyMap, KeySet, ObjectKey};
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde::Serialize;
@@ -409,13 +409,10 @@ pub async fn plan_prefetched(
         }
         Some(only) => observe_only(client, &desired, &recorded, only, &ctx, options).await?,
     };
-    let first_pass = desired
-        .iter()
-        .map(|d| match &options.only {
-            Some(only) if !only.contains(&d.key) => untouched(d),
-            _ => classify(d, &observed, &ctx, options),
-        })
-        .collect();
+    let first_pass = crate::parallel::map(&desired, |d| match &options.only {
+        Some(only) if !only.contains(&d.key) => untouched(d),
+        _ => classify(d, &observed, &ctx, options),
+    });
     let checked = dry_run_all(client, first_pass, &desired, &observed, &ctx, options).await?;
     let mut packages = by_package(build, checked);
     let migrations = migrations_crossed(client, build, &mut packages, &ctx).await?;
@@ -494,15 +491,15 @@ impl Ctx {
 /// The live state a plan compares the build with.
 struct Observed {
     /// kix's objects of the kinds listed (labelled).
-    live: HashMap<ObjectKey, Live>,
+    live: KeyMap<ObjectKey, Live>,
     /// Objects a desired one names that kix does not own: adopted.
-    unlabelled: HashMap<ObjectKey, Live>,
+    unlabelled: KeyMap<ObjectKey, Live>,
     /// Reconcile mode: full live objects of the owned objects it writes or
     /// found drifted ([`fetch_full`]).
-    full: HashMap<ObjectKey, Value>,
+    full: KeyMap<ObjectKey, Value>,
     /// Reconcile mode: the fields drifted of objects whose digest is the
     /// build's.
-    drifted: HashMap<ObjectKey, Vec<DriftedField>>,
+    drifted: KeyMap<ObjectKey, Vec<DriftedField>>,
 }
 
 impl Observed {
@@ -589,7 +586,7 @@ async fn observe_only(
     ctx: &Ctx,
     options: &PlanOptions,
 ) -> Result<Observed> {
-    let by_key: HashMap<&ObjectKey, &Desired> = desired
+    let by_key: KeyMap<&ObjectKey, &Desired> = desired
         .iter()
         .filter(|d| only.contains(&d.key))
         .map(|d| (&d.key, d))
@@ -609,7 +606,7 @@ async fn observe_only(
             Some((key.clone(), api, namespaced))
         })
         .collect();
-    let (mut live, mut unlabelled) = (HashMap::new(), HashMap::new());
+    let (mut live, mut unlabelled) = (KeyMap::default(), KeyMap::default());
     for l in crate::live::read_named(client, named).await? {
         if !only.contains(&l.key) {
             continue;
@@ -700,7 +697,7 @@ pub(crate) async fn recorded_kinds(
 
 /// kix's objects of `kinds`, listed on a task of their own; dropping the
 /// handle stops it.
-type EarlyList = futures::future::RemoteHandle<Result<HashMap<ObjectKey, Live>>>;
+type EarlyList = futures::future::RemoteHandle<Result<KeyMap<ObjectKey, Live>>>;
 
 fn list_early(client: &Client, kinds: &KindList) -> EarlyList {
     let client = client.clone();
@@ -719,8 +716,8 @@ fn list_early(client: &Client, kinds: &KindList) -> EarlyList {
 async fn unlabelled_named(
     client: &Client,
     desired: &[Desired],
-    live: &HashMap<ObjectKey, Live>,
-) -> Result<HashMap<ObjectKey, Live>> {
+    live: &KeyMap<ObjectKey, Live>,
+) -> Result<KeyMap<ObjectKey, Live>> {
     let mut missing: BTreeMap<(String, String), MissingKind> = BTreeMap::new();
     for d in desired {
         let owned = live.get(&d.key).is_some_and(|l| l.owned);
@@ -738,7 +735,7 @@ async fn unlabelled_named(
                 .insert(d.key.namespace.clone());
         }
     }
-    let mut unlabelled: HashMap<ObjectKey, Live> = HashMap::new();
+    let mut unlabelled: KeyMap<ObjectKey, Live> = KeyMap::default();
     for (resource, namespaced, namespaces) in missing.into_values() {
         unlabelled.extend(list_unlabelled(client, &resource, namespaced, &namespaces).await?);
     }
@@ -937,10 +934,10 @@ async fn migrations_crossed(
 /// for (already being deleted).
 fn prune_candidates(
     desired: &[Desired],
-    live: &HashMap<ObjectKey, Live>,
+    live: &KeyMap<ObjectKey, Live>,
     ctx: &Ctx,
 ) -> Vec<PlannedObject> {
-    let desired_keys: HashSet<&ObjectKey> = desired.iter().map(|d| &d.key).collect();
+    let desired_keys: KeySet<&ObjectKey> = desired.iter().map(|d| &d.key).collect();
     let mut candidates: Vec<&Live> = live
         .values()
         .filter(|l| l.owned && !desired_keys.contains(&l.key))
@@ -1277,13 +1274,13 @@ async fn read_live(
 async fn fetch_full(
     client: &Client,
     desired: &[Desired],
-    live: &HashMap<ObjectKey, Live>,
+    live: &KeyMap<ObjectKey, Live>,
     manager: &str,
 ) -> Result<(
-    HashMap<ObjectKey, Value>,
-    HashMap<ObjectKey, Vec<DriftedField>>,
+    KeyMap<ObjectKey, Value>,
+    KeyMap<ObjectKey, Vec<DriftedField>>,
 )> {
-    let by_key: HashMap<&ObjectKey, &Desired> = desired
+    let by_key: KeyMap<&ObjectKey, &Desired> = desired
         .iter()
         .filter(|d| live.contains_key(&d.key))
         .map(|d| (&d.key, d))
@@ -1294,7 +1291,7 @@ async fn fetch_full(
             .entry((d.resource.api.group.clone(), d.key.kind.clone()))
             .or_insert(d);
     }
-    let (mut full, mut drifted) = (HashMap::new(), HashMap::new());
+    let (mut full, mut drifted) = (KeyMap::default(), KeyMap::default());
     for d in kinds.values() {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &d.resource.api);
         let mut params = kube::api::ListParams::default()
@@ -1336,13 +1333,13 @@ async fn fetch_full(
 async fn fetch_named(
     client: &Client,
     read: &[&Desired],
-    live: &HashMap<ObjectKey, Live>,
+    live: &KeyMap<ObjectKey, Live>,
     manager: &str,
 ) -> Result<(
-    HashMap<ObjectKey, Value>,
-    HashMap<ObjectKey, Vec<DriftedField>>,
+    KeyMap<ObjectKey, Value>,
+    KeyMap<ObjectKey, Vec<DriftedField>>,
 )> {
-    let (mut full, mut drifted) = (HashMap::new(), HashMap::new());
+    let (mut full, mut drifted) = (KeyMap::default(), KeyMap::default());
     for d in read {
         let api: Api<DynamicObject> = match &d.key.namespace {
             Some(ns) if d.resource.namespaced => {
@@ -1378,10 +1375,10 @@ fn keep_full(
     key: ObjectKey,
     obj: &DynamicObject,
     wanted: &Desired,
-    live: &HashMap<ObjectKey, Live>,
+    live: &KeyMap<ObjectKey, Live>,
     manager: &str,
-    full: &mut HashMap<ObjectKey, Value>,
-    drifted: &mut HashMap<ObjectKey, Vec<DriftedField>>,
+    full: &mut KeyMap<ObjectKey, Value>,
+    drifted: &mut KeyMap<ObjectKey, Vec<DriftedField>>,
 ) {
     let value = serde_json::to_value(obj).unwrap_or(Value::Null);
     let same = live

@@ -13,10 +13,10 @@
 //! live state right before it acts and refuses, changing nothing, when its
 //! plan holds a destructive action the record does not accept ([`check`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use kix_api::Accepted;
-use kix_manifest::{ObjectKey, canonical_digest, canonical_json};
+use kix_manifest::{KeyMap, KeySet, ObjectKey, canonical_digest, canonical_json};
 use serde_json::{Value, json};
 
 use crate::plan::{Action, Plan, PlanOptions};
@@ -29,7 +29,7 @@ use crate::records::CrdState;
 /// is hashed as it is written, an object at a time: the whole document as
 /// one `Value` held a KB per object.
 pub fn digest(plan: &Plan) -> String {
-    let content: HashMap<&ObjectKey, &str> = plan
+    let content: KeyMap<&ObjectKey, &str> = plan
         .desired
         .iter()
         .map(|d| (&d.key, d.digest.as_str()))
@@ -150,10 +150,8 @@ pub struct Destructive {
 impl Destructive {
     pub fn of(plan: &Plan) -> Destructive {
         let mut actions = BTreeSet::new();
-        let desired: std::collections::HashSet<&ObjectKey> =
-            plan.desired.iter().map(|d| &d.key).collect();
-        let pruned: std::collections::HashSet<&ObjectKey> =
-            plan.prune.iter().map(|o| &o.key).collect();
+        let desired: KeySet<&ObjectKey> = plan.desired.iter().map(|d| &d.key).collect();
+        let pruned: KeySet<&ObjectKey> = plan.prune.iter().map(|o| &o.key).collect();
         let mut undropped = Vec::new();
         for o in plan.objects() {
             if o.action == Action::Delete && (desired.contains(&o.key) || !pruned.contains(&o.key))

@@ -21,7 +21,7 @@ use kix_api::{
     ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, Activation, Counts, Engine, LABEL_OWNER,
     LABEL_PACKAGE, ObjectRef, Phase, Progress, owner_value,
 };
-use kix_manifest::ObjectKey;
+use kix_manifest::{KeyMap, KeySet, ObjectKey};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::ApiResource;
 use kube::{Client, Resource, ResourceExt};
@@ -318,7 +318,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
     // Each live object is judged as its LIST page arrives and only the
     // verdict is kept: holding every full object (managedFields and all)
     // until the end took most of the memory at 50,000 objects.
-    let by_key: HashMap<&ObjectKey, &Desired> = desired.iter().map(|d| (&d.key, d)).collect();
+    let by_key: KeyMap<&ObjectKey, &Desired> = desired.iter().map(|d| (&d.key, d)).collect();
     let manager = desired
         .first()
         .map(|d| kix_api::field_manager(&d.cluster))
@@ -354,7 +354,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
         .flatten()
         .collect::<Vec<_>>();
     let judged = judged_whole(client, judged, &judge).await?;
-    let mine_live: HashMap<&ObjectKey, &Judged> = judged.iter().map(|l| (&l.key, l)).collect();
+    let mine_live: KeyMap<&ObjectKey, &Judged> = judged.iter().map(|l| (&l.key, l)).collect();
 
     let mut packages: Vec<PackageStatus> = build_packages
         .iter()
@@ -381,7 +381,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
         packages[index].counts.add(status.health);
         packages[index].objects.push(status);
     };
-    let mut in_build = std::collections::HashSet::new();
+    let mut in_build = KeySet::default();
     for d in &desired {
         in_build.insert(&d.key);
         let object = ObjectRef::new(

@@ -33,7 +33,9 @@ pub use handoff::Handoff;
 pub use handoff::{segments as field_segments, select as select_fields, strip as strip_fields};
 pub use kinds::{is_well_known_cluster_scoped, kind_rank};
 pub use migration::{ActionKind, Migration, MigrationAction, ObjectRef};
-pub use object::{Object, ObjectKey, ObjectKeyError, canonical_digest, canonical_json, group_of};
+pub use object::{
+    KeyMap, KeySet, Object, ObjectKey, ObjectKeyError, canonical_digest, canonical_json, group_of,
+};
 pub use range::{Bound, VersionRange};
 pub use store_path::{
     HASH_LEN, MAX_NAME_LEN, NIXBASE32_ALPHABET, STORE_DIR, StorePath, StorePathError,

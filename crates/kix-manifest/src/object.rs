@@ -1,6 +1,7 @@
 //! Kubernetes objects as read from a build: identity ([`ObjectKey`]), the
 //! manifest, where it came from, and a stable digest of its content.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -25,6 +26,16 @@ pub struct ObjectKey {
     pub namespace: Option<String>,
     pub name: String,
 }
+
+/// The hasher of maps and sets keyed by objects. A plan hashes each of
+/// 50,000 keys several times, and SipHash (std's default) was a twentieth
+/// of a no-op's CPU. foldhash is seeded per process, as hashbrown's
+/// default hasher is.
+pub type KeyHasher = foldhash::fast::RandomState;
+/// A map keyed by objects ([`KeyHasher`]).
+pub type KeyMap<K, V> = HashMap<K, V, KeyHasher>;
+/// A set of objects ([`KeyHasher`]).
+pub type KeySet<K> = HashSet<K, KeyHasher>;
 
 /// Why a manifest has no usable identity.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -233,9 +244,11 @@ pub struct Object {
 }
 
 impl Object {
+    /// An object of `manifest`, kept as `text`: the manifest's compact JSON.
     pub fn new(
         key: ObjectKey,
         manifest: &Value,
+        text: String,
         source: PathBuf,
         document: usize,
         package: String,
@@ -248,7 +261,7 @@ impl Object {
         Object {
             key,
             api_version,
-            manifest: serde_json::to_string(manifest).unwrap_or_default().into(),
+            manifest: text.into(),
             source,
             document,
             package,
@@ -286,12 +299,14 @@ fn as_json<S: serde::Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::
 /// escaped as `serde_json` does. Independent of key order and formatting of
 /// the source file.
 pub fn canonical_digest(value: &Value) -> String {
-    let mut hasher = HashWriter(Sha256::new());
-    // Cannot fail: the hasher accepts every write, and serde_json fails only
-    // on writer errors (or non-string map keys, which a `Value` cannot have).
-    let written = write_canonical(&mut hasher, value);
+    // Written out first and hashed at once: the hasher is slow to take the
+    // many small writes of a manifest one by one.
+    let mut text = Vec::with_capacity(1024);
+    // Cannot fail: a Vec accepts every write, and serde_json fails only on
+    // writer errors (or non-string map keys, which a `Value` cannot have).
+    let written = write_canonical(&mut text, value);
     debug_assert!(written.is_ok(), "{written:?}");
-    hex::encode(hasher.0.finalize())
+    hex::encode(Sha256::digest(&text))
 }
 
 /// The canonical JSON text that [`canonical_digest`] hashes.
@@ -332,19 +347,6 @@ fn write_canonical<W: Write>(out: &mut W, value: &Value) -> io::Result<()> {
         }
         // Scalars have one serde_json spelling.
         scalar => serde_json::to_writer(out, scalar).map_err(io::Error::other),
-    }
-}
-
-struct HashWriter(Sha256);
-
-impl Write for HashWriter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
     }
 }
 

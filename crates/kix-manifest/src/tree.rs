@@ -40,7 +40,7 @@
 //! migrations. (Resource files are parsed on several threads, but these
 //! checks, and so the error reported, stay in this order.)
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{self, Read};
 use std::num::NonZeroUsize;
@@ -55,10 +55,10 @@ use crate::error::TreeError;
 use crate::handoff::Handoff;
 use crate::kinds::{is_well_known_cluster_scoped, kind_rank};
 use crate::migration::{ActionKind, Migration};
-use crate::object::{Object, ObjectKey, ObjectKeyError, group_of};
+use crate::object::{KeyMap, Object, ObjectKey, ObjectKeyError, group_of};
 use crate::range::VersionRange;
 use crate::store_path::STORE_DIR;
-use crate::value::json_len_at_most;
+use crate::value::json_text_at_most;
 use crate::walk::{EntryKind, walk};
 
 /// The only format this reader knows.
@@ -443,7 +443,7 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
     // count, duplicates) run here, in file order, so the first error is the
     // same as when reading one file after the other.
     let mut objects = ObjectSet {
-        seen: HashMap::new(),
+        seen: KeyMap::default(),
         count: 0,
     };
     let mut package_objects: Vec<Vec<Object>> = metas.iter().map(|_| Vec::new()).collect();
@@ -514,7 +514,7 @@ struct KixInfo {
 /// Objects read so far, across packages.
 struct ObjectSet {
     /// Where each key was first defined: file and document number.
-    seen: HashMap<ObjectKey, (PathBuf, usize)>,
+    seen: KeyMap<ObjectKey, (PathBuf, usize)>,
     count: usize,
 }
 
@@ -716,10 +716,13 @@ impl Reader<'_> {
         mut check: impl FnMut(&Job, FileObjects) -> Result<(), TreeError>,
     ) -> Result<(), TreeError> {
         let threads = threads.clamp(1, jobs.len().max(1));
-        // Each job goes to the thread with the fewest bytes so far; thread
-        // 0 is this one (alone when there is one core). Split by size, as
-        // a tree often pairs a small file with a large one in every package
-        // (splitting by place gave one thread every large file). A fixed
+        // Each job goes to the thread with the fewest bytes so far. With
+        // more than one core each part has a thread of its own and this one
+        // only runs the checks (a tenth of the work: parsing a part here as
+        // well made it the last to finish); with one, it parses all. Split
+        // by size, as a tree often pairs a small file with a large one in
+        // every package (splitting by place gave one thread every large
+        // file). A fixed
         // split, not work stealing: each thread then allocates the same
         // objects every time a tree is read, so the allocator's per-thread
         // arenas reuse what the previous read freed (with work stealing, the
@@ -730,7 +733,8 @@ impl Reader<'_> {
         // returned drops the channels, which stops them.
         let owners = split_by_size(jobs, threads);
         std::thread::scope(|scope| {
-            let helpers: Vec<Receiver<FileObjects>> = (1..threads)
+            let parts = if threads > 1 { threads } else { 0 };
+            let helpers: Vec<Receiver<FileObjects>> = (0..parts)
                 .map(|t| {
                     let (results, receiver) = sync_channel(LOOKAHEAD_FILES);
                     let owners = &owners;
@@ -746,9 +750,9 @@ impl Reader<'_> {
                 })
                 .collect();
             for (i, job) in jobs.iter().enumerate() {
-                let file = match owners[i] {
-                    0 => self.read_resource_file(job),
-                    t => helpers[t - 1]
+                let file = match helpers.get(owners[i]) {
+                    None => self.read_resource_file(job),
+                    Some(helper) => helper
                         .recv()
                         .expect("a parsing thread stopped early: it panicked"),
                 };
@@ -846,12 +850,13 @@ impl Reader<'_> {
                 metadata.insert("namespace".into(), Value::from(ns));
             }
         }
-        if !json_len_at_most(&manifest, self.options.max_object_bytes) {
+        let Some(text) = json_text_at_most(&manifest, self.options.max_object_bytes) else {
             return Err(MakeError::TooLarge(key));
-        }
+        };
         Ok(Object::new(
             key,
             &manifest,
+            text,
             file.to_path_buf(),
             document,
             package.to_owned(),

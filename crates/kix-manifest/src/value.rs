@@ -9,7 +9,8 @@
 //! (no re-hashing or copying while growing). The result is the same `Value`
 //! that `serde_json` would build.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
+use std::io;
 
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
@@ -167,89 +168,34 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
     }
 }
 
-/// Whether `value` as compact JSON (what `serde_json::to_vec` writes) is at
-/// most `limit` bytes. Counts without writing, and stops once over.
-pub(crate) fn json_len_at_most(value: &Value, limit: usize) -> bool {
-    let mut remaining = limit;
-    fits(value, &mut remaining)
-}
-
-/// Subtracts the JSON length of `value` from `remaining`; false once it
-/// would go below zero.
-fn fits(value: &Value, remaining: &mut usize) -> bool {
-    fn take(remaining: &mut usize, n: usize) -> bool {
-        match remaining.checked_sub(n) {
-            Some(rest) => {
-                *remaining = rest;
-                true
+/// `value` as compact JSON text (what `serde_json::to_string` writes), or
+/// `None` once it passes `limit` bytes. Writing stops there: a small
+/// document that anchors and aliases expand never becomes a text past the
+/// limit.
+pub(crate) fn json_text_at_most(value: &Value, limit: usize) -> Option<String> {
+    struct Bounded {
+        out: Vec<u8>,
+        limit: usize,
+    }
+    impl io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.out.len() + buf.len() > self.limit {
+                return Err(io::Error::other("past the limit"));
             }
-            None => false,
+            self.out.extend_from_slice(buf);
+            Ok(buf.len())
         }
-    }
-    match value {
-        Value::Null => take(remaining, 4),
-        Value::Bool(true) => take(remaining, 4),
-        Value::Bool(false) => take(remaining, 5),
-        Value::Number(n) => take(remaining, display_len(n)),
-        Value::String(s) => take(remaining, json_str_len(s)),
-        Value::Array(items) => {
-            // brackets, and commas between items
-            take(remaining, 2 + items.len().saturating_sub(1))
-                && items.iter().all(|item| fits(item, remaining))
-        }
-        Value::Object(map) => {
-            // braces, commas between entries, a colon per entry
-            take(remaining, 2 + map.len().saturating_sub(1) + map.len())
-                && map
-                    .iter()
-                    .all(|(k, v)| take(remaining, json_str_len(k)) && fits(v, remaining))
-        }
-    }
-}
-
-/// Length of a string as serde_json writes it, quotes included.
-fn json_str_len(s: &str) -> usize {
-    let escaped = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
-    // Almost no string has anything to escape: a quick scan first, the
-    // exact extra length only when needed.
-    if !s.bytes().any(escaped) {
-        return s.len() + 2;
-    }
-    let extra: usize = s
-        .bytes()
-        .map(|b| match b {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1, // \x
-            0..=0x1f => 5,                                           // \u00XX
-            _ => 0,
-        })
-        .sum();
-    s.len() + 2 + extra
-}
-
-/// Length of a number as serde_json writes it (its `Display` is the same).
-fn display_len(n: &Number) -> usize {
-    // Integers are most numbers in manifests: count digits directly.
-    if let Some(u) = n.as_u64() {
-        return u.checked_ilog10().map_or(1, |d| d as usize + 1);
-    }
-    if let Some(i) = n.as_i64() {
-        // Negative here (non-negative ones are u64 above).
-        return 1 + i
-            .unsigned_abs()
-            .checked_ilog10()
-            .map_or(1, |d| d as usize + 1);
-    }
-    struct Count(usize);
-    impl fmt::Write for Count {
-        fn write_str(&mut self, s: &str) -> fmt::Result {
-            self.0 += s.len();
+        fn flush(&mut self) -> io::Result<()> {
             Ok(())
         }
     }
-    let mut count = Count(0);
-    // Writing into a counter cannot fail.
-    let _ = write!(count, "{n}");
-    count.0
+    let mut bounded = Bounded {
+        out: Vec::with_capacity(256.min(limit)),
+        limit,
+    };
+    serde_json::to_writer(&mut bounded, value).ok()?;
+    // serde_json writes UTF-8: this never fails.
+    String::from_utf8(bounded.out).ok()
 }
 
 #[cfg(test)]
@@ -321,8 +267,12 @@ mod tests {
         ] {
             let value: Value = serde_json::from_str(text).expect("json");
             let len = serde_json::to_vec(&value).expect("serialize").len();
-            assert!(json_len_at_most(&value, len), "{text}");
-            assert!(!json_len_at_most(&value, len - 1), "{text}");
+            assert_eq!(
+                json_text_at_most(&value, len),
+                Some(value.to_string()),
+                "{text}"
+            );
+            assert_eq!(json_text_at_most(&value, len - 1), None, "{text}");
         }
     }
 
@@ -350,8 +300,8 @@ mod tests {
         #[test]
         fn json_length_is_exact(value in arb_value()) {
             let len = serde_json::to_vec(&value).expect("serialize").len();
-            prop_assert!(json_len_at_most(&value, len));
-            prop_assert!(!json_len_at_most(&value, len - 1));
+            prop_assert_eq!(json_text_at_most(&value, len), Some(value.to_string()));
+            prop_assert_eq!(json_text_at_most(&value, len - 1), None);
         }
 
         #[test]
