@@ -8,6 +8,7 @@ use std::sync::Arc;
 use kix_api::{
     ANNOTATION_DIGEST, LABEL_MANAGED_BY, LABEL_OWNER, LABEL_PACKAGE, MANAGED_BY_VALUE, owner_value,
 };
+use kix_manifest::node::{self, Node};
 use kix_manifest::{Build, Object, ObjectKey, canonical_digest, kind_rank};
 use serde_json::{Value, json};
 
@@ -121,7 +122,7 @@ pub async fn desired_objects(
 struct KnownShapes(HashMap<String, Arc<str>>);
 
 impl KnownShapes {
-    fn shared(&mut self, manifest: &Value) -> Arc<str> {
+    fn shared(&mut self, manifest: &Node) -> Arc<str> {
         let skeleton = crate::ownership::skeleton(manifest);
         Arc::clone(
             self.0
@@ -137,7 +138,7 @@ fn desired_object(
     build: &Build,
     object: &Object,
     resource: Arc<Resource>,
-    known: Option<&mut KnownShapes>,
+    mut known: Option<&mut KnownShapes>,
 ) -> Desired {
     let mut key = scoped_key(&object.key, resource.namespaced);
     if resource.namespaced && key.namespace.is_none() {
@@ -152,13 +153,28 @@ fn desired_object(
         .flat_map(|r| r.fields.iter().cloned())
         .collect();
     let read = Arc::clone(object.manifest_text());
-    let mut manifest = settled(&read, &key, resource.namespaced, &handed_off);
-    stamp_labels(&mut manifest, &key, &object.package);
-    let digest = canonical_digest(&manifest);
-    // The shape is of the manifest as applied, digest annotation included.
-    let shape = known.map(|known| {
-        stamp_digest(&mut manifest, &digest);
-        known.shared(&manifest)
+    let stamped = if handed_off.is_empty() {
+        stamped_node(
+            &read,
+            &key,
+            resource.namespaced,
+            &object.package,
+            known.as_deref_mut(),
+        )
+    } else {
+        None
+    };
+    let (digest, shape) = stamped.unwrap_or_else(|| {
+        let mut manifest = settled(&read, &key, resource.namespaced, &handed_off);
+        stamp_labels(&mut manifest, &key, &object.package);
+        let digest = canonical_digest(&manifest);
+        // The shape is of the manifest as applied, digest annotation included.
+        let shape = known.map(|known| {
+            stamp_digest(&mut manifest, &digest);
+            let text = manifest.to_string();
+            known.shared(&Node::read(&text).unwrap_or(Node::Null))
+        });
+        (digest, shape)
     });
     Desired {
         shape,
@@ -173,6 +189,46 @@ fn desired_object(
         digest,
         source: object.source.clone(),
     }
+}
+
+/// The digest of the manifest as applied, and its shape when `known` is
+/// given, made on the text's [`Node`]: what [`settled`] and
+/// [`stamp_labels`] do to a `Value`, without a `Value` (a third of the
+/// work, at 50,000 objects). For an object with no handed-off field; the
+/// tests hold it equal to the `Value`'s.
+fn stamped_node(
+    read: &str,
+    key: &ObjectKey,
+    namespaced: bool,
+    package: &str,
+    known: Option<&mut KnownShapes>,
+) -> Option<(String, Option<Arc<str>>)> {
+    let mut manifest = Node::read(read)?;
+    let metadata = manifest.map_at("metadata")?;
+    if namespaced {
+        let namespace = key.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        node::insert(metadata, "namespace", Node::str(namespace));
+    } else {
+        node::remove(metadata, "namespace");
+    }
+    let owner = owner_value(&key.group, &key.kind, key.namespace.as_deref(), &key.name);
+    let labels = node::map_in(metadata, "labels");
+    node::insert(labels, LABEL_MANAGED_BY, Node::str(MANAGED_BY_VALUE));
+    node::insert(labels, LABEL_PACKAGE, Node::str(package));
+    node::insert(labels, LABEL_OWNER, Node::String(owner.into()));
+    let digest = manifest.canonical_digest();
+    let shape = known.map(|known| {
+        if let Some(metadata) = manifest.map_at("metadata") {
+            let annotations = node::map_in(metadata, "annotations");
+            node::insert(
+                annotations,
+                ANNOTATION_DIGEST,
+                Node::String(digest.clone().into()),
+            );
+        }
+        known.shared(&manifest)
+    });
+    Some((digest, shape))
 }
 
 /// The build's manifest with its namespace settled by the kind's scope and
@@ -213,5 +269,139 @@ fn object_at<'m>(manifest: &'m mut Value, field: &str) -> &'m mut serde_json::Ma
     match value {
         Value::Object(map) => map,
         _ => unreachable!("made a map above"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The digest and shape of the `Value` path, which
+    /// [`Desired::manifest`] applies.
+    fn stamped_value(
+        read: &str,
+        key: &ObjectKey,
+        namespaced: bool,
+        package: &str,
+    ) -> (String, String) {
+        let mut manifest = settled(read, key, namespaced, &[]);
+        stamp_labels(&mut manifest, key, package);
+        let digest = canonical_digest(&manifest);
+        stamp_digest(&mut manifest, &digest);
+        let text = manifest.to_string();
+        let shape = crate::ownership::skeleton(&Node::read(&text).expect("json"));
+        (digest, shape)
+    }
+
+    fn arb_scalar() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[a-z/.\"\\\\é\n-]{0,6}".prop_map(Value::from),
+        ]
+    }
+
+    /// A map that may already hold kix's keys (a user's own
+    /// `app.kubernetes.io/managed-by`, a namespace), or be no map at all.
+    fn arb_meta_map(kix_keys: &'static [&'static str]) -> impl Strategy<Value = Value> {
+        let key = prop_oneof![
+            proptest::sample::select(kix_keys).prop_map(str::to_owned),
+            "[a-z]{1,3}".prop_map(|k| k),
+        ];
+        prop_oneof![
+            Just(Value::Null),
+            arb_scalar(),
+            proptest::collection::vec((key, arb_scalar()), 0..5)
+                .prop_map(|e| Value::Object(e.into_iter().collect())),
+        ]
+    }
+
+    fn arb_manifest() -> impl Strategy<Value = Value> {
+        let labels = arb_meta_map(&[LABEL_MANAGED_BY, LABEL_PACKAGE, LABEL_OWNER]);
+        let annotations = arb_meta_map(&[ANNOTATION_DIGEST]);
+        (
+            proptest::option::of(labels),
+            proptest::option::of(annotations),
+            proptest::option::of("[a-z]{1,4}"),
+            proptest::collection::vec(("[a-z]{1,3}", arb_scalar()), 0..4),
+            proptest::collection::vec(("[a-zé]{1,3}", arb_scalar()), 0..6),
+        )
+            .prop_map(|(labels, annotations, namespace, meta_extra, data)| {
+                let mut metadata = serde_json::Map::new();
+                metadata.insert("name".into(), json!("a"));
+                for (k, v) in meta_extra {
+                    metadata.insert(k, v);
+                }
+                if let Some(namespace) = namespace {
+                    metadata.insert("namespace".into(), json!(namespace));
+                }
+                if let Some(labels) = labels {
+                    metadata.insert("labels".into(), labels);
+                }
+                if let Some(annotations) = annotations {
+                    metadata.insert("annotations".into(), annotations);
+                }
+                json!({
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": metadata,
+                    "data": Value::Object(data.into_iter().collect()),
+                })
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// The digest is stored on every applied object and compared by the
+        /// next plan: the fast path must give the `Value` path's, or an
+        /// upgrade would re-apply every object once.
+        #[test]
+        fn the_fast_path_stamps_and_digests_as_the_value_path(
+            manifest in arb_manifest(),
+            namespaced in any::<bool>(),
+            namespace in proptest::option::of("[a-z]{1,4}"),
+            package in "[a-z]{1,4}",
+        ) {
+            let key = ObjectKey {
+                group: String::new(),
+                kind: "ConfigMap".into(),
+                namespace: if namespaced { namespace } else { None },
+                name: "a".into(),
+            };
+            let read = manifest.to_string();
+            let mut known = KnownShapes::default();
+            let (digest, shape) = stamped_node(&read, &key, namespaced, &package, Some(&mut known))
+                .expect("a manifest's text");
+            let (value_digest, value_shape) = stamped_value(&read, &key, namespaced, &package);
+            prop_assert_eq!(digest, value_digest);
+            prop_assert_eq!(shape.as_deref(), Some(value_shape.as_str()));
+        }
+    }
+
+    #[test]
+    fn a_digest_known_before_the_fast_path_is_kept() {
+        // Stored on live objects by earlier versions: it must not change.
+        let key = ObjectKey {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: Some("ns".into()),
+            name: "a".into(),
+        };
+        let read =
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"data":{"k":"v"}}"#;
+        // The SHA-256 of {"apiVersion":"v1","data":{"k":"v"},"kind":"ConfigMap",
+        // "metadata":{"labels":{"app.kubernetes.io/managed-by":"kix",
+        // "kix.run/owner":"1ddd905bd1fd2e0b3e20e9824469b5a12e408984",
+        // "kix.run/package":"web"},"name":"a","namespace":"ns"}}.
+        let known = "e2e19a6194ab9819f0cc75346a950c5209e9eed1b4dedb7d5cc2d76868736c6b";
+        let (digest, _) = stamped_value(read, &key, true, "web");
+        assert_eq!(digest, known);
+        let (fast, shape) = stamped_node(read, &key, true, "web", None).expect("json");
+        assert_eq!(fast, known);
+        assert_eq!(shape, None);
     }
 }

@@ -24,6 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kix_api::{ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, LABEL_PACKAGE, LEGACY_FIELD_MANAGER};
+use kix_manifest::node::Node;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value, json};
 
@@ -506,27 +507,27 @@ pub(crate) fn owns_manifest(manifest: &Value, owned: Option<&Map<String, Value>>
 /// its list items whole (an item is matched by its values). Manifests with
 /// the same skeleton are owned alike by any field set, so one walk answers
 /// for every object of a shape (50,000 ConfigMaps are a handful of shapes).
-pub(crate) fn skeleton(manifest: &Value) -> String {
+pub(crate) fn skeleton(manifest: &Node) -> String {
     let mut out = Vec::new();
     write_skeleton(manifest, &mut out);
     // Only JSON text and ASCII markers were written.
     String::from_utf8(out).unwrap_or_default()
 }
 
-fn write_skeleton(value: &Value, out: &mut Vec<u8>) {
+fn write_skeleton(value: &Node, out: &mut Vec<u8>) {
     match value {
-        Value::Null => out.push(b'n'),
-        Value::Object(map) if map.is_empty() => out.extend_from_slice(b"{}"),
-        Value::Object(map) => {
+        Node::Null => out.push(b'n'),
+        Node::Object(entries) if entries.is_empty() => out.extend_from_slice(b"{}"),
+        Node::Object(entries) => {
             out.push(b'{');
-            for (key, child) in map {
+            for (key, child) in entries {
                 // A key as a JSON string: no key can end where another begins.
-                let _ = serde_json::to_writer(&mut *out, key);
+                let _ = serde_json::to_writer(&mut *out, key.as_ref());
                 write_skeleton(child, out);
             }
             out.push(b'}');
         }
-        Value::Array(items) => {
+        Node::Array(items) => {
             out.push(b'[');
             for item in items {
                 let _ = serde_json::to_writer(&mut *out, item);
@@ -798,6 +799,13 @@ mod tests {
             _ => {}
         }
         set
+    }
+
+    /// The skeleton of a manifest as a `Value`, read back as the desired
+    /// objects read it.
+    fn skeleton(manifest: &Value) -> String {
+        let text = manifest.to_string();
+        super::skeleton(&Node::read(&text).expect("a Value's text"))
     }
 
     /// The manifest with every scalar outside lists replaced.

@@ -18,6 +18,7 @@ pub mod fast_yaml;
 mod handoff;
 mod kinds;
 mod migration;
+pub mod node;
 mod object;
 mod range;
 mod scalar;
