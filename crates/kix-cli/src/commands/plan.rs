@@ -102,10 +102,14 @@ pub async fn exec(args: PlanArgs, global: &GlobalArgs) -> anyhow::Result<ExitCod
             plan.digest
         );
     }
-    if args.exit_code && plan.has_changes() {
-        return Ok(ExitCode::from(3));
-    }
-    Ok(ExitCode::SUCCESS)
+    let code = if args.exit_code && plan.has_changes() {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    };
+    // Freeing 50,000 objects took the last tenth of a second of a plan.
+    kix_engine::drop_later((plan, read.build));
+    Ok(code)
 }
 
 pub fn print_plan(plan: &Plan, output: OutputFormat, show_unchanged: bool) -> anyhow::Result<()> {
