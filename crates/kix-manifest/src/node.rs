@@ -310,31 +310,13 @@ mod tests {
         assert_eq!(Node::str("x").map_at("metadata"), None);
     }
 
-    fn arb_value() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::Bool),
-            any::<i64>().prop_map(Value::from),
-            any::<u64>().prop_map(Value::from),
-            any::<f64>().prop_map(Value::from),
-            "\\PC{0,8}|[\\x00-\\x1f\"\\\\é/]{0,4}".prop_map(Value::from),
-        ];
-        leaf.prop_recursive(4, 64, 8, |inner| {
-            prop_oneof![
-                proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
-                proptest::collection::vec(("[a-zA-Z\"\\\\é]{0,3}", inner), 0..8)
-                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
-            ]
-        })
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
         /// Read from a Value's text, a node digests as the Value does, and
         /// writes the same text.
         #[test]
-        fn digest_and_text_are_a_values(value in arb_value()) {
+        fn digest_and_text_are_a_values(value in crate::value::arb_json()) {
             let text = value.to_string();
             let node = Node::read(&text).expect("a Value's text reads");
             prop_assert_eq!(node.canonical_digest(), canonical_digest(&value));

@@ -198,6 +198,28 @@ pub(crate) fn json_text_at_most(value: &Value, limit: usize) -> Option<String> {
     String::from_utf8(bounded.out).ok()
 }
 
+/// Any JSON value, for property tests: every scalar kind, strings and keys
+/// with characters JSON escapes.
+#[cfg(test)]
+pub(crate) fn arb_json() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        "\\PC{0,8}|[\\x00-\\x1f\"\\\\é/]{0,4}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 64, 8, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+            proptest::collection::vec(("[a-zA-Z\"\\\\é]{0,3}", inner), 0..8)
+                .prop_map(|entries| Value::Object(entries.into_iter().collect())),
+        ]
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,36 +298,18 @@ mod tests {
         }
     }
 
-    fn arb_value() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::Bool),
-            any::<i64>().prop_map(Value::from),
-            any::<u64>().prop_map(Value::from),
-            any::<f64>().prop_map(Value::from),
-            "\\PC{0,8}|[\\x00-\\x1f\"\\\\]{0,4}".prop_map(Value::from),
-        ];
-        leaf.prop_recursive(4, 64, 8, |inner| {
-            prop_oneof![
-                proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
-                proptest::collection::vec(("[a-z]{0,3}", inner), 0..8)
-                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
-            ]
-        })
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
         #[test]
-        fn json_length_is_exact(value in arb_value()) {
+        fn json_length_is_exact(value in arb_json()) {
             let len = serde_json::to_vec(&value).expect("serialize").len();
             prop_assert_eq!(json_text_at_most(&value, len), Some(value.to_string()));
             prop_assert_eq!(json_text_at_most(&value, len - 1), None);
         }
 
         #[test]
-        fn compact_equals_serde_json(value in arb_value()) {
+        fn compact_equals_serde_json(value in arb_json()) {
             // Compared with serde_json's own parse (its float parsing is not
             // exactly round-trip without the float_roundtrip feature).
             let text = value.to_string();

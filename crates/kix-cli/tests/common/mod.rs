@@ -403,6 +403,11 @@ pub struct Audited {
 }
 
 impl Audited {
+    /// GET, LIST or WATCH.
+    pub fn is_read(&self) -> bool {
+        matches!(self.verb.as_str(), "get" | "list" | "watch")
+    }
+
     pub fn is_write(&self) -> bool {
         !self.dry_run
             && matches!(
