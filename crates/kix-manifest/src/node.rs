@@ -37,14 +37,6 @@ impl<'a> Node<'a> {
         Node::String(Cow::Borrowed(text))
     }
 
-    /// The value at `key` of a map.
-    pub fn get(&self, key: &str) -> Option<&Node<'a>> {
-        match self {
-            Node::Object(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-            _ => None,
-        }
-    }
-
     /// The map at `key` of this map, made one if it is not (as indexing a
     /// `Value` does). `None` when this is not a map.
     pub fn map_at(&mut self, key: &'a str) -> Option<&mut Entries<'a>> {
