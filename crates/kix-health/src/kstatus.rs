@@ -1,4 +1,4 @@
-//! Health of a live object, computed from the object alone (no API calls).
+//! The generic health rules, from the object alone (no API calls).
 //!
 //! Follows kstatus (kubernetes-sigs/cli-utils `pkg/kstatus/status`), mapping
 //! its Current / InProgress / Failed / Terminating to [`Health::Ready`] /
