@@ -1,6 +1,7 @@
 # The kix Nix library.
 #
 #   kix.lib.mkCluster { pkgs, name, packages, settings ? {} }
+#   kix.lib.mkFleet { name, members, waves, maxParallel ? null, pause ? "0s" }  (nix/fleet.nix)
 #
 # returns a derivation whose output is a format-1 manifest tree:
 #
@@ -678,7 +679,17 @@ let
         ${shellQuote "${kix}/bin/kix"} validate --path ${shellQuote "${cluster}"}${versionFlag}
         : > "$out"
       '';
+  # kix.lib.mkFleet { name, members, waves, maxParallel ? null, pause ? "0s" }
+  # (nix/fleet.nix): many clusters deployed in waves.
+  mkFleet = import ./fleet.nix {
+    inherit
+      isDnsLabel
+      isDuration
+      describeValue
+      quote
+      ;
+  };
 in
 {
-  inherit mkCluster checkCluster format;
+  inherit mkCluster checkCluster mkFleet format;
 }
