@@ -1,0 +1,130 @@
+//! SOPS files (age recipients) read and decrypted in memory.
+//!
+//! Bytes and age identities in; the decrypted documents or a [`SopsError`]
+//! naming the file and the reason out. The MAC over the whole file is
+//! checked before any value is returned, so a tampered or truncated file,
+//! a wrong key or a key that is not among the recipients never yields a
+//! value. Errors never carry a value: only key paths. The format is the one
+//! `sops` writes (YAML, multi-document YAML and JSON; whole-file or partial
+//! encryption with `encrypted_regex`, `unencrypted_regex`,
+//! `encrypted_suffix`, `unencrypted_suffix`, and `mac_only_encrypted`).
+//!
+//! Pure: no tokio, no kube.
+
+mod decrypt;
+mod error;
+mod identity;
+mod json;
+mod metadata;
+mod tree;
+mod yaml;
+
+use std::path::Path;
+
+pub use error::{IdentityError, Reason, SopsError};
+pub use identity::{Identities, Layout, SOPS_AGE_KEY, SOPS_AGE_KEY_FILE};
+pub use metadata::AgeStanza;
+
+/// How a SOPS file is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Yaml,
+    Json,
+}
+
+impl Format {
+    /// As sops chooses: `.json` is JSON, anything else YAML.
+    pub fn of_path(path: &Path) -> Format {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(ext) if ext.eq_ignore_ascii_case("json") => Format::Json,
+            _ => Format::Yaml,
+        }
+    }
+}
+
+/// The documents of a decrypted file, as JSON values in file order. Debug
+/// shows how many there are, never a value.
+pub struct Decrypted {
+    pub documents: Vec<serde_json::Value>,
+}
+
+impl std::fmt::Debug for Decrypted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Decrypted({} documents, redacted)", self.documents.len())
+    }
+}
+
+/// What a SOPS file says about itself without a key: checked to be
+/// readable, with an age recipient, a MAC and a valid encryption rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspected {
+    pub documents: usize,
+    /// The age recipients (public keys) the data key is encrypted to.
+    pub recipients: Vec<String>,
+}
+
+fn read(
+    file: &str,
+    bytes: &[u8],
+    format: Format,
+) -> Result<(Vec<tree::Node>, metadata::Metadata), SopsError> {
+    let mut documents = match format {
+        Format::Json => json::parse(bytes),
+        Format::Yaml => match std::str::from_utf8(bytes) {
+            Ok(text) => yaml::parse(text),
+            Err(e) => Err(Reason::Syntax {
+                format: "YAML",
+                line: line_of(bytes, e.valid_up_to()),
+                message: "not UTF-8".into(),
+            }),
+        },
+    }
+    .map_err(|r| r.at(file))?;
+    let metadata = metadata::extract(&mut documents).map_err(|r| r.at(file))?;
+    Ok((documents, metadata))
+}
+
+fn line_of(bytes: &[u8], offset: usize) -> u32 {
+    let newlines = bytes[..offset].iter().filter(|&&b| b == b'\n').count();
+    u32::try_from(newlines + 1).unwrap_or(u32::MAX)
+}
+
+/// Checks that `bytes` is a SOPS file kix can decrypt, without a key.
+pub fn inspect(file: &str, bytes: &[u8], format: Format) -> Result<Inspected, SopsError> {
+    let (documents, metadata) = read(file, bytes, format)?;
+    if metadata.age.is_empty() {
+        return Err(Reason::NoAgeRecipients.at(file));
+    }
+    if metadata.mac.is_empty() {
+        return Err(Reason::MacUnreadable("the file has no MAC").at(file));
+    }
+    Ok(Inspected {
+        documents: documents.len(),
+        recipients: metadata.age.into_iter().map(|s| s.recipient).collect(),
+    })
+}
+
+/// Decrypts `bytes` (the file `file`) with `identities`: every document,
+/// after the file's MAC matched its content.
+pub fn decrypt(
+    file: &str,
+    bytes: &[u8],
+    format: Format,
+    identities: &Identities,
+) -> Result<Decrypted, SopsError> {
+    let (mut documents, metadata) = read(file, bytes, format)?;
+    let key = decrypt::data_key(&metadata, identities).map_err(|r| r.at(file))?;
+    let computed =
+        decrypt::decrypt_documents(&mut documents, &metadata, &key).map_err(|r| r.at(file))?;
+    let stored = decrypt::file_mac(&metadata, &key).map_err(|r| r.at(file))?;
+    if stored != computed {
+        return Err(Reason::MacMismatch.at(file));
+    }
+    let mut path = Vec::new();
+    let documents = documents
+        .into_iter()
+        .map(|d| d.into_json(&mut path))
+        .collect::<Result<_, _>>()
+        .map_err(|r| r.at(file))?;
+    Ok(Decrypted { documents })
+}
