@@ -52,13 +52,13 @@ pub enum Health {
 }
 
 impl Health {
-    fn progressing(reason: impl Into<String>) -> Self {
+    pub(crate) fn progressing(reason: impl Into<String>) -> Self {
         Health::Progressing {
             reason: reason.into(),
         }
     }
 
-    fn degraded(reason: impl Into<String>) -> Self {
+    pub(crate) fn degraded(reason: impl Into<String>) -> Self {
         Health::Degraded {
             reason: reason.into(),
         }
@@ -149,6 +149,24 @@ pub fn judged_by_metadata(group: &str, kind: &str) -> bool {
 // ---------------------------------------------------------------- generic
 
 fn generic(obj: &Value) -> Option<Health> {
+    if let Some(health) = terminating_or_unobserved(obj) {
+        return Some(health);
+    }
+    let conditions = conditions(obj);
+    for c in &conditions {
+        if c.type_ == "Reconciling" && c.is_true() {
+            return Some(Health::progressing(c.text("reconciling")));
+        }
+        if c.type_ == "Stalled" && c.is_true() {
+            return Some(Health::degraded(c.text("stalled")));
+        }
+    }
+    None
+}
+
+/// A deletion timestamp, or an `observedGeneration` behind the
+/// generation: what every rule checks first (CEL rules too, as Flux does).
+pub(crate) fn terminating_or_unobserved(obj: &Value) -> Option<Health> {
     if str_at(obj, "/metadata/deletionTimestamp").is_some_and(|ts| !ts.is_empty()) {
         return Some(Health::progressing("terminating"));
     }
@@ -160,15 +178,6 @@ fn generic(obj: &Value) -> Option<Health> {
         return Some(Health::progressing(format!(
             "generation {generation} not yet observed (observed {observed})"
         )));
-    }
-    let conditions = conditions(obj);
-    for c in &conditions {
-        if c.type_ == "Reconciling" && c.is_true() {
-            return Some(Health::progressing(c.text("reconciling")));
-        }
-        if c.type_ == "Stalled" && c.is_true() {
-            return Some(Health::degraded(c.text("stalled")));
-        }
     }
     None
 }

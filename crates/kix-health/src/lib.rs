@@ -1,9 +1,41 @@
-//! Health of a live Kubernetes object, from the object alone (no API calls).
+//! Health of a live Kubernetes object, from the object alone (no API calls,
+//! no kube client).
 //!
-//! [`health`] applies the generic kstatus rules ([`kstatus`]); [`Rules`] adds
-//! CEL rules (a built-in library for common custom resources, and the user's
-//! own) and [`Rules::judge`] says which rule judged an object.
+//! [`Rules::judge`] gives a [`Verdict`]: the object's [`Health`] and the
+//! rule that judged it. The rules, in order: the user's CEL rules
+//! ([`Rules::with_user`], declared in Nix and carried in the tree), the
+//! built-in library for common custom resources (`builtin`, one file per
+//! project), then the generic kstatus rules ([`kstatus`]).
+//!
+//! [`health`] and [`judge`] use the built-in library and kstatus.
 
 pub mod kstatus;
 
-pub use kstatus::{Health, SCHEDULE_WINDOW, health, health_at, judged_by_metadata};
+mod builtin;
+mod reason;
+mod rule;
+mod rules;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+pub use kstatus::{Health, SCHEDULE_WINDOW, judged_by_metadata};
+pub use rule::{ExprField, RuleError, RuleSpec};
+pub use rules::{RuleRef, Rules, UserRule, Verdict};
+
+/// The health of a live object (as returned by the API server), by the
+/// built-in library and kstatus.
+pub fn health(obj: &Value) -> Health {
+    judge(obj).health
+}
+
+/// [`health`] with an explicit current time (only Pod scheduling uses it).
+pub fn health_at(obj: &Value, now: DateTime<Utc>) -> Health {
+    Rules::builtin().judge_at(obj, now).health
+}
+
+/// The health of a live object and the rule that judged it, by the built-in
+/// library and kstatus.
+pub fn judge(obj: &Value) -> Verdict {
+    Rules::builtin().judge(obj)
+}
