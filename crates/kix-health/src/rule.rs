@@ -53,8 +53,6 @@ pub enum ExprField {
     InProgress,
     Failed,
     Message,
-    /// A built-in rule's guard (see `builtin`).
-    Applies,
 }
 
 impl ExprField {
@@ -64,7 +62,6 @@ impl ExprField {
             ExprField::InProgress => "inProgress",
             ExprField::Failed => "failed",
             ExprField::Message => "message",
-            ExprField::Applies => "applies",
         }
     }
 }

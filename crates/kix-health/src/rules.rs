@@ -137,7 +137,7 @@ impl Rules {
                 .iter()
                 .chain(builtin::rules().iter())
                 // A guarded wildcard reads status; kinds judged by metadata have none.
-                .any(|r| r.applies.is_none() && r.selector.names_kind(group, kind))
+                .any(|r| r.needs_condition.is_none() && r.selector.names_kind(group, kind))
     }
 }
 
@@ -210,8 +210,10 @@ impl<'a> ObjectKey<'a> {
 pub(crate) struct CompiledRule {
     pub(crate) origin: RuleRef,
     pub(crate) selector: Selector,
-    /// A built-in wildcard's guard: the rule judges only objects it holds for.
-    pub(crate) applies: Option<Expr>,
+    /// A built-in wildcard's guard: the rule judges only objects whose
+    /// status has a condition of this type (checked before any CEL runs,
+    /// so other kinds pay nothing for it).
+    pub(crate) needs_condition: Option<&'static str>,
     pub(crate) current: Option<Expr>,
     pub(crate) in_progress: Option<Expr>,
     pub(crate) failed: Option<Expr>,
@@ -220,7 +222,6 @@ pub(crate) struct CompiledRule {
 
 /// The texts of a rule's expressions, to compile.
 pub(crate) struct Sources<'a> {
-    pub(crate) applies: Option<&'a str>,
     pub(crate) current: Option<&'a str>,
     pub(crate) in_progress: Option<&'a str>,
     pub(crate) failed: Option<&'a str>,
@@ -242,7 +243,6 @@ impl CompiledRule {
             name: spec.name,
         };
         let sources = Sources {
-            applies: None,
             current: spec.current.as_deref(),
             in_progress: spec.in_progress.as_deref(),
             failed: spec.failed.as_deref(),
@@ -253,6 +253,7 @@ impl CompiledRule {
                 source: source.into(),
             },
             selector,
+            None,
             &sources,
         )
     }
@@ -260,6 +261,7 @@ impl CompiledRule {
     pub(crate) fn compile(
         origin: RuleRef,
         selector: Selector,
+        needs_condition: Option<&'static str>,
         sources: &Sources,
     ) -> Result<CompiledRule, RuleError> {
         if sources.current.is_none() && sources.in_progress.is_none() && sources.failed.is_none() {
@@ -281,7 +283,7 @@ impl CompiledRule {
             .transpose()
         };
         Ok(CompiledRule {
-            applies: compile(ExprField::Applies, sources.applies)?,
+            needs_condition,
             current: compile(ExprField::Current, sources.current)?,
             in_progress: compile(ExprField::InProgress, sources.in_progress)?,
             failed: compile(ExprField::Failed, sources.failed)?,
@@ -295,15 +297,15 @@ impl CompiledRule {
     /// to say (its guard does not hold, or it has no `current` and neither
     /// `failed` nor `inProgress` matched): the next rule, or kstatus, judges.
     fn judge(&self, obj: &Value) -> Option<Health> {
-        let ctx = context(obj);
-        if let Some(applies) = &self.applies
-            && !matches!(applies.eval_bool(&ctx), Outcome::True)
+        if let Some(type_) = self.needs_condition
+            && !has_condition(obj, type_)
         {
             return None;
         }
         if let Some(health) = kstatus::terminating_or_unobserved(obj) {
             return Some(health);
         }
+        let ctx = context(obj);
         let steps = [
             (ExprField::Failed, &self.failed),
             (ExprField::InProgress, &self.in_progress),
@@ -350,4 +352,10 @@ impl CompiledRule {
             _ => format!("{field} `{}` holds", expr.source),
         })
     }
+}
+
+fn has_condition(obj: &Value, type_: &str) -> bool {
+    obj.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| cs.iter().any(|c| c.get("type").and_then(Value::as_str) == Some(type_)))
 }

@@ -14,7 +14,7 @@ pub(super) const RULES: &[Builtin] = &[
             " || status.?conditions.orValue([]).exists(c, c.type == 'Healthy' && c.status == 'False' && c.?reason.orValue('') == 'UnhealthyPackageRevision')"
         )),
     Builtin::new("crossplane", "*", "*")
-        .applies("status.?conditions.orValue([]).exists(c, c.type == 'Synced')")
+        .needs_condition("Synced")
         .current(concat!(cond!("Synced", "True"), " && ", cond!("Ready", "True")))
         .failed(cond!("Synced", "False")),
 ];

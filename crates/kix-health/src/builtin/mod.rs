@@ -53,7 +53,7 @@ pub(crate) struct Builtin {
     pub(crate) project: &'static str,
     pub(crate) group: &'static str,
     pub(crate) kind: &'static str,
-    pub(crate) applies: Option<&'static str>,
+    pub(crate) needs_condition: Option<&'static str>,
     pub(crate) current: Option<&'static str>,
     pub(crate) in_progress: Option<&'static str>,
     pub(crate) failed: Option<&'static str>,
@@ -70,7 +70,7 @@ impl Builtin {
             project,
             group,
             kind,
-            applies: None,
+            needs_condition: None,
             current: None,
             in_progress: None,
             failed: None,
@@ -78,8 +78,9 @@ impl Builtin {
         }
     }
 
-    pub(crate) const fn applies(mut self, expr: &'static str) -> Self {
-        self.applies = Some(expr);
+    /// Only objects whose status has a condition of this type.
+    pub(crate) const fn needs_condition(mut self, type_: &'static str) -> Self {
+        self.needs_condition = Some(type_);
         self
     }
 
@@ -115,8 +116,8 @@ impl Builtin {
                 version: None,
                 name: None,
             },
+            self.needs_condition,
             &Sources {
-                applies: self.applies,
                 current: self.current,
                 in_progress: self.in_progress,
                 failed: self.failed,

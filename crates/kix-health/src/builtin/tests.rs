@@ -22,7 +22,7 @@ fn fixtures() -> Vec<Fixture> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/builtin/fixtures");
     let mut found = Vec::new();
     let projects = std::fs::read_dir(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
-    for project in projects.flatten() {
+    for project in projects.flatten().filter(|p| p.path().is_dir()) {
         let files = std::fs::read_dir(project.path()).unwrap_or_else(|e| panic!("{e}"));
         for file in files.flatten() {
             let path = file.path();
