@@ -357,5 +357,8 @@ impl CompiledRule {
 fn has_condition(obj: &Value, type_: &str) -> bool {
     obj.pointer("/status/conditions")
         .and_then(Value::as_array)
-        .is_some_and(|cs| cs.iter().any(|c| c.get("type").and_then(Value::as_str) == Some(type_)))
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.get("type").and_then(Value::as_str) == Some(type_))
+        })
 }
