@@ -1,12 +1,12 @@
 # The kix Nix library.
 #
-#   kix.lib.mkCluster { pkgs, name, packages, settings ? {} }
+#   kix.lib.mkCluster { pkgs, name, packages, settings ? {}, health ? [] }
 #   kix.lib.mkFleet { name, members, waves, maxParallel ? null, pause ? "0s" }  (nix/fleet.nix)
 #
 # returns a derivation whose output is a format-1 manifest tree:
 #
-#   kix.json                                  {"format":1,"cluster":name,"packages":[...],"settings":{...}}
-#   packages/<package>/package.json           {"name","version","dependsOn","namespace"?,"migrations"}
+#   kix.json                                  {"format":1,"cluster":name,"packages":[...],"settings":{...},"health"?:[...]}
+#   packages/<package>/package.json           {"name","version","dependsOn","namespace"?,"migrations","handoff"?,"health"?}
 #   packages/<package>/resources/NNN-<kind>-<name>.json    one per Nix attrset in `resources`
 #   packages/<package>/resources/manifests/NNN-<basename>  each of `manifests` (file or directory)
 #
@@ -20,7 +20,14 @@
 #     manifests = [ ./web.yaml helmOutput ];  # YAML/JSON files or directories
 #     migrations = [ { from = "1.1.0"; to = "1.2.0"; description = "..."; actions = [ ... ]; } ];
 #     handoff = [ { kind = "Deployment"; fields = [ "spec.replicas" ]; } ];  # left to other managers
+#     health = [ { group = "example.com"; kind = "Widget"; current = "status.phase == 'Running'"; } ];
 #   };
+#
+# `health` (on the cluster and on each package): CEL health rules, each
+# `{ group ? ""; kind; version ? null; name ? null; current ? null;
+# inProgress ? null; failed ? null; message ? null; }` with at least one of
+# current, inProgress, failed (see docs/concepts.md, "Health"). Nix checks
+# their shape; kix compiles the expressions when it reads the tree.
 #
 # A list of declarations that each carry a `name` is accepted too
 # (`packages = [ { name = "web"; version = "1"; } ]`); there two entries with
@@ -50,6 +57,7 @@
 let
   inherit (builtins)
     all
+    any
     attrNames
     concatMap
     concatStringsSep
@@ -85,7 +93,40 @@ let
     "manifests"
     "migrations"
     "handoff"
+    "health"
   ];
+
+  # A health rule: CEL expressions judging one kind (kix-health's RuleSpec).
+  healthAttrs = [
+    "group"
+    "kind"
+    "version"
+    "name"
+    "current"
+    "inProgress"
+    "failed"
+    "message"
+  ];
+
+  healthExprAttrs = [
+    "current"
+    "inProgress"
+    "failed"
+  ];
+
+  # Checks one health rule; `f` makes the error (it names the place).
+  checkHealthRule =
+    f: r:
+    let
+      unknown = filter (a: !(elem a healthAttrs)) (attrNames r);
+      optionalString = a: r.${a} or null == null || isString r.${a} && r.${a} != "" || f "`${a}` must be a non-empty string, got ${describeValue r.${a}}";
+    in
+    (isAttrs r || f "must be an attrset, got ${describeValue r}")
+    && (unknown == [ ] || f "unknown attribute(s) ${quoteList unknown}; a health rule takes ${quoteList healthAttrs}")
+    && (isString (r.kind or null) && r.kind != "" || f "missing `kind`")
+    && (r.group or null == null || isString r.group || f "`group` must be a string (\"\" for the core group), got ${describeValue r.group}")
+    && all optionalString [ "version" "name" "current" "inProgress" "failed" "message" ]
+    && (any (a: r.${a} or null != null) healthExprAttrs || f "needs at least one of `current`, `inProgress`, `failed` (CEL expressions)");
 
   # A handoff rule: fields kix leaves to another manager (an autoscaler).
   handoffAttrs = [
@@ -202,6 +243,7 @@ let
       name,
       packages,
       settings ? { },
+      health ? [ ],
     }:
     let
       fail = msg: throw "kix.mkCluster: cluster ${quote name}: ${msg}";
@@ -214,6 +256,8 @@ let
         (isAttrs pkgs && pkgs ? runCommand || fail "`pkgs` must provide `runCommand` (nixpkgs or a runCommand-style builder)")
         (isAttrs packages || isList packages || fail "`packages` must be an attrset of package declarations (or a list of declarations with `name`), got ${describeValue packages}")
         (isAttrs settings || fail "`settings` must be an attrset, got ${describeValue settings}")
+        (isList health || fail "`health` must be a list of health rules, got ${describeValue health}")
+        (all (x: x) (imap0 (i: checkHealthRule (msg: fail "health ${toString i}: ${msg}")) health))
       ];
 
       # ---- packages: list or attrset → attrset name → declaration --------
@@ -262,6 +306,7 @@ let
           manifests = p.manifests or [ ];
           migrations = p.migrations or [ ];
           handoff = p.handoff or [ ];
+          health = p.health or [ ];
 
           describeResource =
             i: r:
@@ -422,6 +467,8 @@ let
             (all (x: x) (imap0 checkMigration migrations))
             (isList handoff || pfail "`handoff` must be a list")
             (all (x: x) (imap0 checkHandoff handoff))
+            (isList health || pfail "`health` must be a list of health rules")
+            (all (x: x) (imap0 (i: checkHealthRule (msg: pfail "health ${toString i}: ${msg}")) health))
           ];
         in
         checkAll checks {
@@ -434,6 +481,7 @@ let
             manifests
             migrations
             handoff
+            health
             ;
         };
 
@@ -516,12 +564,18 @@ let
 
       # ---- the files -----------------------------------------------------
 
-      clusterJson = toJSON {
-        inherit format;
-        cluster = name;
-        packages = order;
-        settings = evaluatedSettings;
-      };
+      # Null attributes of a health rule are left out (kix reads them as absent).
+      healthJson = map removeNulls;
+
+      clusterJson = toJSON (
+        {
+          inherit format;
+          cluster = name;
+          packages = order;
+          settings = evaluatedSettings;
+        }
+        // (if health == [ ] then { } else { health = healthJson health; })
+      );
 
       packageJson =
         p:
@@ -531,6 +585,7 @@ let
           }
           // (if p.namespace == null then { } else { inherit (p) namespace; })
           // (if p.handoff == [ ] then { } else { inherit (p) handoff; })
+          // (if p.health == [ ] then { } else { health = healthJson p.health; })
         );
 
       width = count: if count > 1000 then stringLength (toString (count - 1)) else 3;
@@ -631,6 +686,7 @@ let
       info = {
         cluster = name;
         settings = evaluatedSettings;
+        inherit health;
         packages = normalized;
         packageOrder = order;
         kixFormat = format;

@@ -115,6 +115,7 @@ let
       manifests = [ ];
       migrations = [ ];
       handoff = [ ];
+      health = [ ];
     } (removeAttrs clusters.minimal.packages.app [ "resources" ]);
     handoffInPackageJson = eq [
       {
@@ -145,6 +146,53 @@ let
       };
     }).kix_p0).handoff;
     noHandoffNoKey = eq false ((fromJSON clusters.basic.kix_p0) ? handoff);
+    # Health rules: the cluster's in kix.json, a package's in its
+    # package.json; null attributes left out, none at all: no key.
+    healthInKixJson = eq [
+      {
+        group = "cert-manager.io";
+        kind = "Certificate";
+        failed = "status.?conditions.orValue([]).exists(c, c.type == 'Ready' && c.status == 'False')";
+      }
+    ] (fromJSON (mk {
+      health = [
+        {
+          group = "cert-manager.io";
+          kind = "Certificate";
+          version = null;
+          failed = "status.?conditions.orValue([]).exists(c, c.type == 'Ready' && c.status == 'False')";
+        }
+      ];
+      packages.p.version = "1";
+    }).kix_cluster).health;
+    healthInPackageJson = eq [
+      {
+        group = "example.com";
+        kind = "Widget";
+        name = "main";
+        current = "status.phase == 'Running'";
+        inProgress = "status.phase == 'Starting'";
+        message = "'phase ' + status.phase";
+      }
+    ] (fromJSON (mk {
+      packages.p = {
+        version = "1";
+        health = [
+          {
+            group = "example.com";
+            kind = "Widget";
+            name = "main";
+            current = "status.phase == 'Running'";
+            inProgress = "status.phase == 'Starting'";
+            message = "'phase ' + status.phase";
+          }
+        ];
+      };
+    }).kix_p0).health;
+    noHealthNoKey = eq [ false false ] [
+      ((fromJSON clusters.basic.kix_p0) ? health)
+      ((fromJSON clusters.basic.kix_cluster) ? health)
+    ];
     resourceJson = eq (cm "x" // { data.k = "v"; }) (
       fromJSON (mk { packages.p = { version = "1"; resources = [ (cm "x" // { data.k = "v"; }) ]; }; }).kix_p0_r0
     );

@@ -570,4 +570,75 @@ in
           };
         };
       });
+  healthRuleWithoutExpression =
+    case
+      [
+        "package \"web\""
+        "health 0"
+        "needs at least one of `current`, `inProgress`, `failed`"
+      ]
+      (mk {
+        packages.web = {
+          version = "1";
+          health = [ { kind = "Widget"; } ];
+        };
+      });
+  healthRuleUnknownAttribute =
+    case
+      [
+        "cluster \"prod\""
+        "health 0"
+        "unknown attribute(s) \"healthy\""
+      ]
+      (mk {
+        health = [
+          {
+            kind = "Widget";
+            healthy = "true";
+          }
+        ];
+        packages.web.version = "1";
+      });
+  healthRuleWithoutKind =
+    case
+      [
+        "health 1"
+        "missing `kind`"
+      ]
+      (mk {
+        packages.web = {
+          version = "1";
+          health = [
+            {
+              kind = "Widget";
+              current = "true";
+            }
+            { current = "true"; }
+          ];
+        };
+      });
+  healthRuleNotAString =
+    case
+      [
+        "health 0"
+        "`failed` must be a non-empty string"
+      ]
+      (mk {
+        health = [
+          {
+            kind = "Widget";
+            failed = true;
+          }
+        ];
+        packages.web.version = "1";
+      });
+  healthNotAList =
+    case
+      [ "`health` must be a list of health rules" ]
+      (mk {
+        health = {
+          kind = "Widget";
+        };
+        packages.web.version = "1";
+      });
 }
