@@ -9,6 +9,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::admission::ServiceAccountRef;
 use crate::labels::{LABEL_CLUSTER, LABEL_MANAGED_BY, MANAGED_BY_VALUE};
 use crate::object_ref::ObjectRef;
 
@@ -55,6 +56,11 @@ pub struct ActivationSpec {
     /// Which engine applies this activation: `local` (the CLI) or `operator`
     /// (the in-cluster operator, which also owns the record's finalizer).
     pub engine: Engine,
+    /// The ServiceAccount every request made for this activation acts as
+    /// (impersonated), as the build declares it. Absent: the engine's own
+    /// credentials, or the operator's `--default-service-account`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<ServiceAccountRef>,
 }
 
 /// The build an activation deploys.
@@ -675,6 +681,7 @@ mod tests {
                 saved_plan: false,
             },
             engine: Engine::Operator,
+            service_account: None,
         }
     }
 

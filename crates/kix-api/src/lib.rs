@@ -9,6 +9,7 @@
 //! ([`labels`]) and the CRD YAML ([`crds_yaml`]).
 
 mod activation;
+pub mod admission;
 mod crds;
 pub mod labels;
 mod object_ref;
@@ -21,6 +22,7 @@ pub use activation::{
     MESSAGE_MAX, PENDING_PRUNE_LISTED, Phase, Progress, REASON_MAX, Receipt, Source, is_terminal,
     truncate,
 };
+pub use admission::ServiceAccountRef;
 pub use crds::{crds, crds_yaml};
 pub use labels::{
     ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, ANNOTATION_PRUNE, API_VERSION, CONDITION_READY,

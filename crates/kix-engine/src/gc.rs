@@ -876,6 +876,7 @@ mod tests {
                     saved_plan: false,
                 },
                 engine: Engine::Local,
+                service_account: None,
             },
         );
         r.status = Some(ActivationStatus {

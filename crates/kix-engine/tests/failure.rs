@@ -205,6 +205,7 @@ async fn rollback_after_an_interrupted_deploy_restores_the_last_good_build() {
             saved_plan: false,
         },
         engine: kix_api::Engine::Local,
+        service_account: None,
     };
     let stale = kix_engine::records::create(&kit.client, 2, spec, vec!["v1/ConfigMap".into()])
         .await

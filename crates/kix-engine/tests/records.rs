@@ -246,6 +246,7 @@ async fn a_record_left_applying_is_failed_by_the_next_deploy_which_converges() {
             saved_plan: false,
         },
         engine: Engine::Local,
+        service_account: None,
     };
     let stale = kix_engine::records::create(&kit.client, 2, spec, vec!["v1/ConfigMap".into()])
         .await

@@ -1,0 +1,383 @@
+//! Who may write kix's records: the admission policy `kix crds --tenants`
+//! prints, enforced by a real apiserver (a private control plane: the policy
+//! is cluster-wide and would judge every other test's records).
+//!
+//! Subjects are impersonated with the admin's credentials (`kubectl --as`),
+//! so each request reaches admission as that user with those groups.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kix_testkit::PrivateControlPlane;
+use serde_json::{Value, json};
+
+const TENANTS: &str = r#"{
+  "platform": {"users": ["system:serviceaccount:kix-system:kix-operator"], "groups": ["system:masters"]},
+  "clusters": {
+    "team-a": {"groups": ["team-a"], "serviceAccount": {"namespace": "team-a", "name": "kix"}},
+    "team-b": {"users": ["bob"], "serviceAccount": {"namespace": "team-b", "name": "kix"}}
+  }
+}"#;
+
+/// Grants the tenants' users full RBAC on kix's records, so what refuses
+/// them below is the admission policy alone.
+const RBAC: &str = r#"{"apiVersion": "v1", "kind": "List", "items": [
+ {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+  "metadata": {"name": "kix-records"},
+  "rules": [{"apiGroups": ["kix.run"], "resources": ["*"], "verbs": ["*"]}]},
+ {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+  "metadata": {"name": "kix-records"},
+  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kix-records"},
+  "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team-a"},
+               {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team-b"},
+               {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"},
+               {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"},
+               {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "mallory"}]}
+]}"#;
+
+/// Who runs a kubectl command.
+#[derive(Clone, Copy)]
+enum As {
+    Admin,
+    /// alice, in group team-a (a writer of team-a).
+    Alice,
+    /// bob, no group (a writer of team-b by name).
+    Bob,
+    /// mallory, in group team-b-readers (a writer of nothing).
+    Mallory,
+}
+
+fn kubectl(cp: &PrivateControlPlane, who: As, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new(kix_testkit::kubectl());
+    cmd.arg("--kubeconfig").arg(cp.kubeconfig());
+    match who {
+        As::Admin => {}
+        As::Alice => {
+            cmd.args(["--as", "alice", "--as-group", "team-a"]);
+        }
+        As::Bob => {
+            cmd.args(["--as", "bob"]);
+        }
+        As::Mallory => {
+            cmd.args(["--as", "mallory", "--as-group", "team-b-readers"]);
+        }
+    }
+    cmd.args(args).stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("kubectl runs");
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        use std::io::Write;
+        pipe.write_all(text.as_bytes())
+            .expect("writing kubectl's stdin");
+    }
+    child.wait_with_output().expect("kubectl finishes")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn record(name: &str, label: Option<&str>, cluster: &str, account: Option<(&str, &str)>) -> String {
+    let mut labels = json!({"app.kubernetes.io/managed-by": "kix"});
+    if let Some(label) = label {
+        labels["kix.run/cluster"] = json!(label);
+    }
+    let mut spec = json!({
+        "cluster": cluster,
+        "engine": "operator",
+        "source": {"path": "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-kix-test"},
+        "receipt": {"user": "u", "host": "h", "kixVersion": "0.1.0",
+                    "time": "2026-01-02T03:04:05Z", "planDigest": "sha256:00"},
+    });
+    if let Some((namespace, name)) = account {
+        spec["serviceAccount"] = json!({"namespace": namespace, "name": name});
+    }
+    json!({"apiVersion": "kix.run/v1alpha1", "kind": "Activation",
+           "metadata": {"name": name, "labels": labels}, "spec": spec})
+    .to_string()
+}
+
+fn create(cp: &PrivateControlPlane, who: As, object: &str) -> Output {
+    kubectl(cp, who, &["create", "-f", "-"], Some(object))
+}
+
+fn assert_refused(out: &Output, what: &str, says: &str) {
+    let err = stderr(out);
+    assert!(!out.status.success(), "{what} was allowed");
+    assert!(
+        err.contains("ValidatingAdmissionPolicy") && err.contains(says),
+        "{what}: refused, but not by kix's policy saying {says:?}:\n{err}"
+    );
+}
+
+fn assert_allowed(out: &Output, what: &str) {
+    assert!(out.status.success(), "{what} was refused:\n{}", stderr(out));
+}
+
+/// Installs the CRDs and the policy exactly as a platform would:
+/// `kix crds --tenants FILE | kubectl apply -f -`.
+fn install(cp: &PrivateControlPlane, dir: &Path) {
+    let tenants = dir.join("tenants.json");
+    std::fs::write(&tenants, TENANTS).expect("writing tenants.json");
+    let out = Command::new(common::kix_bin())
+        .args(["crds", "--tenants"])
+        .arg(&tenants)
+        .output()
+        .expect("kix crds runs");
+    assert!(out.status.success(), "kix crds --tenants: {}", stderr(&out));
+    let yaml = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        yaml.contains("kind: ValidatingAdmissionPolicyBinding"),
+        "{yaml}"
+    );
+    assert_allowed(
+        &kubectl(cp, As::Admin, &["apply", "-f", "-"], Some(&yaml)),
+        "applying kix crds --tenants",
+    );
+    assert_allowed(
+        &kubectl(cp, As::Admin, &["apply", "-f", "-"], Some(RBAC)),
+        "applying the tenants' RBAC",
+    );
+    assert_allowed(
+        &kubectl(
+            cp,
+            As::Admin,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "crd/activations.kix.run",
+                "--timeout=60s",
+            ],
+            None,
+        ),
+        "waiting for the Activation CRD",
+    );
+}
+
+/// The apiserver loads a new policy asynchronously: create a record that
+/// the policy refuses until it is refused (each try under a new name, so a
+/// try that got through before the policy was loaded changes nothing).
+fn wait_for_policy(cp: &PrivateControlPlane) {
+    let started = Instant::now();
+    for n in 0.. {
+        let probe = record(
+            &format!("probe-{n}"),
+            Some("team-b"),
+            "team-b",
+            Some(("team-b", "kix")),
+        );
+        let out = create(cp, As::Mallory, &probe);
+        if stderr(&out).contains("ValidatingAdmissionPolicy") {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the apiserver did not enforce kix's admission policy within 60 s (last answer: {})",
+            stderr(&out)
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn only_a_kix_clusters_declared_writers_write_its_records_and_none_moves_one() {
+    let cp = PrivateControlPlane::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    install(&cp, dir.path());
+    wait_for_policy(&cp);
+
+    // A writer of team-a writes team-a's record, naming team-a's account.
+    assert_allowed(
+        &create(
+            &cp,
+            As::Alice,
+            &record(
+                "team-a-1",
+                Some("team-a"),
+                "team-a",
+                Some(("team-a", "kix")),
+            ),
+        ),
+        "alice creating a team-a record",
+    );
+    // ... but not another Kix cluster's, by label or by spec.cluster alone.
+    assert_refused(
+        &create(
+            &cp,
+            As::Alice,
+            &record(
+                "team-b-1",
+                Some("team-b"),
+                "team-b",
+                Some(("team-b", "kix")),
+            ),
+        ),
+        "alice creating a team-b record",
+        "alice may not create the kix records of Kix cluster team-b",
+    );
+    assert_refused(
+        &create(
+            &cp,
+            As::Alice,
+            &record("team-b-2", None, "team-b", Some(("team-b", "kix"))),
+        ),
+        "alice creating an unlabelled record with spec.cluster team-b",
+        "Kix cluster team-b",
+    );
+    // A label wins over spec.cluster for kix, so it does for the policy.
+    assert_refused(
+        &create(
+            &cp,
+            As::Alice,
+            &record(
+                "team-b-3",
+                Some("team-b"),
+                "team-a",
+                Some(("team-a", "kix")),
+            ),
+        ),
+        "alice creating a record labelled team-b with spec.cluster team-a",
+        "Kix cluster team-b",
+    );
+    // A record naming another account than the declared one.
+    assert_refused(
+        &create(
+            &cp,
+            As::Alice,
+            &record(
+                "team-a-2",
+                Some("team-a"),
+                "team-a",
+                Some(("team-b", "kix")),
+            ),
+        ),
+        "alice creating a team-a record acting as team-b/kix",
+        "must name the ServiceAccount the platform declares for it, not team-b/kix",
+    );
+    assert_refused(
+        &create(
+            &cp,
+            As::Alice,
+            &record("team-a-3", Some("team-a"), "team-a", None),
+        ),
+        "alice creating a team-a record naming no account",
+        "not (none)",
+    );
+    // An undeclared Kix cluster has no writers but the platform.
+    assert_refused(
+        &create(
+            &cp,
+            As::Mallory,
+            &record("other-1", Some("other"), "other", None),
+        ),
+        "mallory creating a record of an undeclared Kix cluster",
+        "Kix cluster other",
+    );
+
+    // No one moves a record: not its writer (who writes no team-b record,
+    // nor one acting as team-b's account), not even the platform.
+    let relabel = [
+        "label",
+        "--overwrite",
+        "activation/team-a-1",
+        "kix.run/cluster=team-b",
+    ];
+    let repoint = [
+        "patch",
+        "activation/team-a-1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"serviceAccount":{"namespace":"team-b","name":"kix"}}}"#,
+    ];
+    assert_refused(
+        &kubectl(&cp, As::Alice, &relabel, None),
+        "alice relabelling team-a's record to team-b",
+        "alice may not update the kix records of Kix cluster team-b",
+    );
+    assert_refused(
+        &kubectl(&cp, As::Alice, &repoint, None),
+        "alice pointing team-a's record at team-b's account",
+        "not team-b/kix",
+    );
+    assert_refused(
+        &kubectl(&cp, As::Admin, &relabel, None),
+        "the admin relabelling team-a's record to team-b",
+        "cannot move to another Kix cluster",
+    );
+    assert_refused(
+        &kubectl(&cp, As::Admin, &repoint, None),
+        "the admin pointing team-a's record at team-b's account",
+        "cannot move to another Kix cluster or ServiceAccount",
+    );
+    // Another team may neither change nor delete it.
+    assert_refused(
+        &kubectl(
+            &cp,
+            As::Bob,
+            &["annotate", "activation/team-a-1", "x=y"],
+            None,
+        ),
+        "bob annotating team-a's record",
+        "bob may not update the kix records of Kix cluster team-a",
+    );
+    assert_refused(
+        &kubectl(
+            &cp,
+            As::Bob,
+            &["delete", "activation/team-a-1", "--wait=false"],
+            None,
+        ),
+        "bob deleting team-a's record",
+        "bob may not delete the kix records of Kix cluster team-a",
+    );
+    // Its writers may change what does not move it, and delete it.
+    assert_allowed(
+        &kubectl(
+            &cp,
+            As::Alice,
+            &["annotate", "activation/team-a-1", "x=y"],
+            None,
+        ),
+        "alice annotating her record",
+    );
+    assert_allowed(
+        &kubectl(
+            &cp,
+            As::Alice,
+            &["delete", "activation/team-a-1", "--wait=false"],
+            None,
+        ),
+        "alice deleting her record",
+    );
+    // bob is team-b's writer by name.
+    assert_allowed(
+        &create(
+            &cp,
+            As::Bob,
+            &record(
+                "team-b-9",
+                Some("team-b"),
+                "team-b",
+                Some(("team-b", "kix")),
+            ),
+        ),
+        "bob creating a team-b record",
+    );
+    let listed = kubectl(&cp, As::Admin, &["get", "activations", "-o", "json"], None);
+    let names: Vec<String> = serde_json::from_slice::<Value>(&listed.stdout)
+        .ok()
+        .and_then(|v| v["items"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|i| i["metadata"]["name"].as_str().map(str::to_owned))
+        .filter(|n| !n.starts_with("probe-"))
+        .collect();
+    assert_eq!(names, ["team-b-9"], "records left: only what was allowed");
+}
