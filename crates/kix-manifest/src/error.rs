@@ -41,6 +41,13 @@ pub enum TreeError {
     /// A file is not valid JSON/YAML, or not of the expected shape.
     #[error("{}: {message}", file.display())]
     Unparsable { file: PathBuf, message: String },
+    /// A file of a package's `secrets/` that is not a SOPS file kix can
+    /// decrypt (checked without a key: format, metadata, age recipients).
+    #[error("{}: not a SOPS file kix can decrypt: {reason}", file.display())]
+    Secret {
+        file: PathBuf,
+        reason: kix_sops::Reason,
+    },
     /// A cluster, package or namespace name kix cannot use.
     #[error("{}: invalid {what} name {name:?}: {reason}", file.display())]
     InvalidName {

@@ -5,6 +5,7 @@
 //!   kix.json                         {"format":1,"cluster":"prod","packages":["db","web"],"settings":{...}}
 //!   packages/<package>/package.json  {"name","version","dependsOn":[...],"namespace"?,"migrations":[...],"handoff"?:[...]}
 //!   packages/<package>/resources/**  *.json, *.yaml, *.yml
+//!   packages/<package>/secrets/*     SOPS-encrypted files (age), opaque
 //! ```
 //!
 //! * `kix.json`: `format` must be `1`. `packages` lists the package names
@@ -28,6 +29,13 @@
 //!   cluster-scoped one ([`is_well_known_cluster_scoped`]). The reader cannot
 //!   know the scope of custom resources: the engine corrects those with API
 //!   discovery.
+//! * The files below `packages/<name>/secrets/` are SOPS-encrypted (the
+//!   format `sops` writes; YAML, or JSON when the name ends in `.json`).
+//!   They are never parsed as resources: only their `sops` metadata is
+//!   checked (readable, an age recipient, a MAC), after every resource file.
+//!   The engine decrypts them where it applies them ([`SecretFile`]).
+//!   `allowPlaintextSecrets` in `package.json` lets a package carry plain
+//!   Secrets among its resources ([`Build::plaintext_secrets`]).
 //! * Symlinks anywhere in the tree must resolve inside
 //!   [`ReadOptions::store_dir`]; those are followed.
 //!
@@ -103,6 +111,31 @@ pub struct Build {
     /// In dependency order: every package after the packages it depends on,
     /// ties broken by name.
     pub packages: Vec<Package>,
+    /// The SOPS-encrypted files of the packages, in package order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<SecretFile>,
+    /// The packages that allow plain Secrets among their resources.
+    #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+    pub plaintext_secrets_allowed: BTreeSet<String>,
+}
+
+/// A SOPS-encrypted file of a package (`packages/<p>/secrets/`), checked
+/// to be readable without a key; its Secrets exist only once decrypted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretFile {
+    pub package: String,
+    /// Relative to the build's root.
+    pub file: PathBuf,
+    /// The age recipients (public keys) its data key is encrypted to.
+    pub recipients: Vec<String>,
+}
+
+impl SecretFile {
+    /// How the file is written (`.json`: JSON, else YAML).
+    pub fn format(&self) -> kix_sops::Format {
+        kix_sops::Format::of_path(&self.file)
+    }
 }
 
 /// The cluster's settings from `kix.json`.
@@ -230,6 +263,17 @@ impl Build {
         self.packages.iter().find(|p| p.name == name)
     }
 
+    /// The plain Secrets of packages that do not allow them
+    /// (`allowPlaintextSecrets`): their values lie readable in the store.
+    pub fn plaintext_secrets(&self) -> Vec<&Object> {
+        self.packages
+            .iter()
+            .filter(|p| !self.plaintext_secrets_allowed.contains(&p.name))
+            .flat_map(|p| &p.objects)
+            .filter(|o| o.key.group.is_empty() && o.key.kind == "Secret")
+            .collect()
+    }
+
     pub fn summary(&self) -> BuildSummary {
         let mut summary = BuildSummary::default();
         for package in &self.packages {
@@ -286,6 +330,8 @@ struct PackageJson {
     migrations: Vec<Migration>,
     #[serde(default)]
     handoff: Vec<Handoff>,
+    #[serde(default)]
+    allow_plaintext_secrets: bool,
 }
 
 // ---- the reader ------------------------------------------------------------
@@ -380,6 +426,16 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
         };
         if rest == Path::new("package.json") {
             files.package_json = Some(entry.kind);
+        } else if rest.starts_with("secrets") && rest != Path::new("secrets") {
+            match entry.kind {
+                EntryKind::File => files.secrets.push(entry.rel.clone()),
+                EntryKind::Dir => {}
+                EntryKind::Other => {
+                    return Err(TreeError::NotAFile {
+                        file: entry.rel.clone(),
+                    });
+                }
+            }
         } else if rest.starts_with("resources") && is_resource_file(&rest) {
             if entry.kind != EntryKind::File {
                 // A directory named `x.yaml` is a directory, not a resource.
@@ -460,6 +516,17 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
     if let Some(error) = meta_error {
         return Err(error);
     }
+    let mut secrets = Vec::new();
+    for (meta, files) in metas.iter().zip(dirs.values()) {
+        for file in &files.secrets {
+            secrets.push(reader.read_secret(&meta.name, file)?);
+        }
+    }
+    let plaintext_secrets_allowed = metas
+        .iter()
+        .filter(|m| m.allow_plaintext_secrets)
+        .map(|m| m.name.clone())
+        .collect();
     let mut packages: BTreeMap<String, Package> = metas
         .into_iter()
         .zip(package_objects)
@@ -494,6 +561,8 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
         format: FORMAT,
         settings: kix.settings,
         packages,
+        secrets,
+        plaintext_secrets_allowed,
     })
 }
 
@@ -502,6 +571,7 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
 struct PackageFiles {
     package_json: Option<EntryKind>,
     resources: Vec<PathBuf>,
+    secrets: Vec<PathBuf>,
 }
 
 /// What `kix.json` says, checked.
@@ -672,6 +742,24 @@ impl Reader<'_> {
                 .map(PackageEntry::into_name)
                 .collect(),
             settings: kix.settings,
+        })
+    }
+
+    /// Reads a SOPS file of `package` and checks its metadata, with no key.
+    fn read_secret(&self, package: &str, rel: &Path) -> Result<SecretFile, TreeError> {
+        let bytes = self.read_file(rel)?;
+        let name = rel.display().to_string();
+        let inspected =
+            kix_sops::inspect(&name, &bytes, kix_sops::Format::of_path(rel)).map_err(|e| {
+                TreeError::Secret {
+                    file: rel.to_path_buf(),
+                    reason: e.reason,
+                }
+            })?;
+        Ok(SecretFile {
+            package: package.to_owned(),
+            file: rel.to_path_buf(),
+            recipients: inspected.recipients,
         })
     }
 

@@ -1,0 +1,109 @@
+//! A package's `secrets/` (SOPS-encrypted files) and plain Secrets:
+//! encrypted files are opaque to the reader, never objects; only their
+//! metadata is checked. Plain Secrets are listed unless the package allows
+//! them.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use kix_manifest::{ReadOptions, TreeError, read_tree};
+
+/// A file sops encrypted (to the kix-sops fuzz key, which protects nothing).
+fn encrypted() -> String {
+    let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kix-sops/fuzz/seeds/whole.yaml");
+    fs::read_to_string(seed).expect("the kix-sops seed file")
+}
+
+fn tree(files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().canonicalize().expect("canonical").join("build");
+    for (rel, text) in files {
+        let path = root.join(rel);
+        fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        fs::write(path, text).expect("write");
+    }
+    (dir, root)
+}
+
+fn read(dir: &tempfile::TempDir, root: &Path) -> Result<kix_manifest::Build, TreeError> {
+    let options = ReadOptions {
+        store_dir: dir.path().canonicalize().expect("canonical"),
+        ..ReadOptions::default()
+    };
+    read_tree(root, &options)
+}
+
+const KIX: &str = r#"{"format":1,"cluster":"test","packages":["app"]}"#;
+const PLAIN_SECRET: &str =
+    "apiVersion: v1\nkind: Secret\nmetadata: {name: db}\nstringData: {password: hunter2}\n";
+
+#[test]
+fn encrypted_files_are_listed_never_read_as_objects() {
+    let text = encrypted();
+    let (dir, root) = tree(&[
+        ("kix.json", KIX),
+        (
+            "packages/app/package.json",
+            r#"{"name":"app","version":"1"}"#,
+        ),
+        ("packages/app/secrets/000-db.sops.yaml", &text),
+    ]);
+    let build = read(&dir, &root).expect("reads");
+    assert_eq!(build.object_count(), 0);
+    assert_eq!(build.secrets.len(), 1);
+    let secret = &build.secrets[0];
+    assert_eq!(secret.package, "app");
+    assert_eq!(
+        secret.file,
+        Path::new("packages/app/secrets/000-db.sops.yaml")
+    );
+    assert_eq!(secret.format(), kix_sops::Format::Yaml);
+    assert_eq!(secret.recipients.len(), 1);
+    assert!(secret.recipients[0].starts_with("age1"));
+    assert!(build.plaintext_secrets().is_empty());
+}
+
+#[test]
+fn a_plain_file_among_the_secrets_is_refused_naming_it() {
+    let (dir, root) = tree(&[
+        ("kix.json", KIX),
+        (
+            "packages/app/package.json",
+            r#"{"name":"app","version":"1"}"#,
+        ),
+        ("packages/app/secrets/000-db.yaml", PLAIN_SECRET),
+    ]);
+    let err = read(&dir, &root).expect_err("refused");
+    assert_eq!(
+        err,
+        TreeError::Secret {
+            file: "packages/app/secrets/000-db.yaml".into(),
+            reason: kix_sops::Reason::NotSops,
+        }
+    );
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+}
+
+#[test]
+fn plain_secrets_are_listed_unless_the_package_allows_them() {
+    let files = |package_json| {
+        tree(&[
+            ("kix.json", KIX),
+            ("packages/app/package.json", package_json),
+            ("packages/app/resources/db.yaml", PLAIN_SECRET),
+        ])
+    };
+    let (dir, root) = files(r#"{"name":"app","version":"1"}"#);
+    let build = read(&dir, &root).expect("reads");
+    let plain: Vec<String> = build
+        .plaintext_secrets()
+        .iter()
+        .map(|o| o.key.to_string())
+        .collect();
+    assert_eq!(plain, vec!["Secret/db".to_owned()]);
+
+    let (dir, root) = files(r#"{"name":"app","version":"1","allowPlaintextSecrets":true}"#);
+    let build = read(&dir, &root).expect("reads");
+    assert!(build.plaintext_secrets().is_empty());
+    assert!(build.plaintext_secrets_allowed.contains("app"));
+}
