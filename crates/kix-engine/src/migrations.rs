@@ -884,6 +884,7 @@ mod tests {
             cluster: "c".into(),
             format: 1,
             settings: Default::default(),
+            health: Vec::new(),
             packages: vec![package("2.0.0", vec![migration("1.0.0", "2.0.0")])],
         };
         let labels = |pis: &[PackageInstance]| {

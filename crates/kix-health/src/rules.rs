@@ -51,7 +51,7 @@ pub struct Verdict {
 }
 
 /// A user's rule and where it was declared (a file, and its place there).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct UserRule {
     pub source: String,
     pub spec: RuleSpec,

@@ -12,7 +12,9 @@
 //!   (strings; objects `{"name": "web"}` are accepted too, other fields of
 //!   such objects are ignored). `settings` holds `keep`, `maxAge`, `context`,
 //!   `deletionBudget` (`{"percent": 25, "floor": 10}`);
-//!   any other setting is kept in [`Settings::extra`].
+//!   any other setting is kept in [`Settings::extra`]. `health` lists CEL
+//!   health rules ([`kix_health::RuleSpec`]); a `package.json` may too. Every
+//!   rule is compiled while the tree is read ([`Build::health`]).
 //! * Every listed package has a directory `packages/<name>/` with a
 //!   `package.json` whose `name` is the directory's name, and every directory
 //!   under `packages/` is listed. Other files in `packages/` are ignored.
@@ -108,6 +110,11 @@ pub struct Build {
     pub cluster: String,
     pub format: u32,
     pub settings: Settings,
+    /// The CEL health rules of `kix.json`, then of each package (in
+    /// dependency order), each named by its file and place: compiled and
+    /// checked by [`read_tree`]; [`Build::health_rules`] compiles them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub health: Vec<kix_health::UserRule>,
     /// In dependency order: every package after the packages it depends on,
     /// ties broken by name.
     pub packages: Vec<Package>,
@@ -263,6 +270,11 @@ impl Build {
         self.packages.iter().find(|p| p.name == name)
     }
 
+    /// The build's health rules, compiled (before the built-in library).
+    pub fn health_rules(&self) -> Result<kix_health::Rules, kix_health::RuleError> {
+        kix_health::Rules::with_user(self.health.iter().cloned())
+    }
+
     /// The plain Secrets of packages that do not allow them
     /// (`allowPlaintextSecrets`): their values lie readable in the store.
     pub fn plaintext_secrets(&self) -> Vec<&Object> {
@@ -300,6 +312,8 @@ struct KixJson {
     packages: Vec<PackageEntry>,
     #[serde(default)]
     settings: Settings,
+    #[serde(default)]
+    health: Vec<kix_health::RuleSpec>,
 }
 
 #[derive(Deserialize)]
@@ -330,6 +344,8 @@ struct PackageJson {
     migrations: Vec<Migration>,
     #[serde(default)]
     handoff: Vec<Handoff>,
+    #[serde(default)]
+    health: Vec<kix_health::RuleSpec>,
     #[serde(default)]
     allow_plaintext_secrets: bool,
 }
@@ -516,6 +532,14 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
     if let Some(error) = meta_error {
         return Err(error);
     }
+    let mut health = user_rules("kix.json", &kix.health);
+    let mut package_health: BTreeMap<String, Vec<kix_health::UserRule>> = metas
+        .iter()
+        .map(|m| {
+            let file = format!("packages/{}/package.json", m.name);
+            (m.name.clone(), user_rules(&file, &m.health))
+        })
+        .collect();
     let mut secrets = Vec::new();
     for (meta, files) in metas.iter().zip(dirs.values()) {
         for file in &files.secrets {
@@ -550,6 +574,10 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
         check_migrations(package)?;
         check_handoff(package)?;
     }
+    for name in &order {
+        health.extend(package_health.remove(name).unwrap_or_default());
+    }
+    kix_health::Rules::with_user(health.iter().cloned()).map_err(TreeError::HealthRule)?;
     let packages = order
         .iter()
         .filter_map(|name| packages.remove(name))
@@ -560,6 +588,7 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
         cluster: kix.cluster,
         format: FORMAT,
         settings: kix.settings,
+        health,
         packages,
         secrets,
         plaintext_secrets_allowed,
@@ -579,6 +608,19 @@ struct KixInfo {
     cluster: String,
     packages: Vec<String>,
     settings: Settings,
+    health: Vec<kix_health::RuleSpec>,
+}
+
+/// Health rules as declared in `file`, each named `<file> health[<i>]`.
+fn user_rules(file: &str, specs: &[kix_health::RuleSpec]) -> Vec<kix_health::UserRule> {
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| kix_health::UserRule {
+            source: format!("{file} health[{i}]"),
+            spec: spec.clone(),
+        })
+        .collect()
 }
 
 /// Objects read so far, across packages.
@@ -742,6 +784,7 @@ impl Reader<'_> {
                 .map(PackageEntry::into_name)
                 .collect(),
             settings: kix.settings,
+            health: kix.health,
         })
     }
 
