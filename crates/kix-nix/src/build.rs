@@ -17,6 +17,9 @@ pub enum BuildSource {
     Flake { flake: String, cluster: String },
     /// `nix build --file <file> <attr>` (for people without flakes).
     File { file: PathBuf, attr: String },
+    /// `nix build <flake>#<attr>`: another output than a cluster's (a
+    /// fleet's `kixFleets.<name>`, see [`output_attr`]).
+    FlakeAttr { flake: String, attr: String },
     /// A store path used as it is (checked, realised if needed), or a plain
     /// directory holding a manifest tree, added to the store first.
     Path(PathBuf),
@@ -46,6 +49,7 @@ impl BuildSource {
                 Some(format!("{flake}#{}", cluster_attr(cluster)))
             }
             BuildSource::File { attr, .. } => Some(attr.clone()),
+            BuildSource::FlakeAttr { flake, attr } => Some(format!("{flake}#{attr}")),
             BuildSource::Path(_) => None,
         }
     }
@@ -58,6 +62,7 @@ impl fmt::Display for BuildSource {
                 write!(f, "{flake}#{}", cluster_attr(cluster))
             }
             BuildSource::File { file, attr } => write!(f, "{} -A {attr}", file.display()),
+            BuildSource::FlakeAttr { flake, attr } => write!(f, "{flake}#{attr}"),
             BuildSource::Path(path) => write!(f, "{}", path.display()),
         }
     }
@@ -66,17 +71,23 @@ impl fmt::Display for BuildSource {
 /// `kixClusters.<cluster>`, quoting the name when Nix would not read it as a
 /// plain attribute name.
 fn cluster_attr(cluster: &str) -> String {
-    let plain = !cluster.is_empty()
-        && cluster
+    output_attr("kixClusters", cluster)
+}
+
+/// `<output>.<name>` (`kixFleets.prod`), quoting the name when Nix would
+/// not read it as a plain attribute name.
+pub fn output_attr(output: &str, name: &str) -> String {
+    let plain = !name.is_empty()
+        && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '\''))
-        && !cluster.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '\'');
+        && !name.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '\'');
     if plain {
-        format!("kixClusters.{cluster}")
+        format!("{output}.{name}")
     } else {
         format!(
-            "kixClusters.\"{}\"",
-            cluster.replace('\\', "\\\\").replace('"', "\\\"")
+            "{output}.\"{}\"",
+            name.replace('\\', "\\\\").replace('"', "\\\"")
         )
     }
 }
@@ -118,7 +129,7 @@ pub fn build(source: &BuildSource, options: &BuildOptions) -> Result<StorePath, 
 pub fn build_unchecked(source: &BuildSource, options: &BuildOptions) -> Result<Resolved, NixError> {
     let command = match source {
         BuildSource::Path(path) => return store::resolve_path_unchecked(path),
-        BuildSource::Flake { .. } => nix_build(options),
+        BuildSource::Flake { .. } | BuildSource::FlakeAttr { .. } => nix_build(options),
         BuildSource::File { file, .. } => nix_build(options).arg("--file").arg(file),
     };
     let command = match source.installable() {

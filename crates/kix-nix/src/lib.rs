@@ -22,8 +22,8 @@ mod gcroots;
 mod store;
 
 pub use build::{
-    BuildError, BuildOptions, BuildSource, build, build_and_read, build_unchecked, read_build,
-    read_build_of,
+    BuildError, BuildOptions, BuildSource, build, build_and_read, build_unchecked, output_attr,
+    read_build, read_build_of,
 };
 pub use error::NixError;
 pub use gcroots::{

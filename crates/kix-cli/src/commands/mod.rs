@@ -8,6 +8,12 @@ pub mod build;
 pub mod completions;
 pub mod crds;
 pub mod deploy;
+pub mod fleet;
+pub mod fleet_deploy;
+pub mod fleet_history;
+pub mod fleet_plan;
+pub mod fleet_rollback;
+pub mod fleet_status;
 pub mod gc;
 pub mod history;
 pub mod operator;
@@ -82,6 +88,9 @@ pub enum Command {
     Status(status::StatusArgs),
     /// List the Kix cluster's activations, newest first.
     History(history::HistoryArgs),
+    /// Fleets: one build promoted across many clusters in health-gated
+    /// waves (`kixFleets.<FLEET>`, kix.lib.mkFleet).
+    Fleet(fleet::FleetArgs),
     /// Print the CRDs of kix's records (Activation, PackageInstance).
     Crds(crds::CrdsArgs),
     /// Write a kubeconfig for a ServiceAccount from its token Secret and the
@@ -103,6 +112,7 @@ pub async fn exec(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Gc(args) => gc::exec(args, &cli.global).await,
         Command::Status(args) => status::exec(args, &cli.global).await,
         Command::History(args) => history::exec(args, &cli.global).await,
+        Command::Fleet(args) => fleet::exec(args, &cli.global).await,
         Command::Crds(args) => crds::exec(args, &cli.global).await,
         Command::OperatorKubeconfig(args) => operator_kubeconfig::exec(args, &cli.global).await,
         Command::Completions(args) => completions::exec(args, &cli.global).await,

@@ -1,0 +1,30 @@
+//! Fleets: one build promoted across many clusters in health-gated waves.
+//!
+//! A fleet is an orchestration over the engine, not a new engine path. Each
+//! member is an ordinary Kix cluster build deployed to its own cluster with
+//! its own kube client, through the engine's entry points:
+//!
+//! - [`spec`]: the fleet file `kix.lib.mkFleet` builds (pure, checked again).
+//! - [`plan::plan_fleet`]: every member planned by [`kix_engine::plan::plan`]
+//!   (bounded parallel), one digest over them all; unreachable members are
+//!   part of the plan, not skipped.
+//! - [`run::run`]: wave by wave through [`kix_engine::deploy::deploy`] (or an
+//!   operator member's Activation record); the next wave once the current
+//!   one is Active and healthy for `pause`; halts on the first failure.
+//! - [`records`]: the rollout record is labels on each member's Activation
+//!   (`kix.run/fleet`, `kix.run/fleet-rollout`, …); resume, status,
+//!   history and rollback read the members' own records back.
+//! - [`rollback::plan_rollback`]: each member that took a rollout back to
+//!   the build before it, in reverse wave order.
+
+pub mod apply;
+pub mod error;
+pub mod inspect;
+pub mod member;
+pub mod plan;
+pub mod records;
+pub mod rollback;
+pub mod run;
+pub mod spec;
+
+pub use error::{FleetError, Result, SpecError};
