@@ -9,6 +9,7 @@
 #   packages/<package>/package.json           {"name","version","dependsOn","namespace"?,"migrations","handoff"?,"health"?}
 #   packages/<package>/resources/NNN-<kind>-<name>.json    one per Nix attrset in `resources`
 #   packages/<package>/resources/manifests/NNN-<basename>  each of `manifests` (file or directory)
+#   packages/<package>/secrets/NNN-<basename>  each of `secrets` (SOPS-encrypted, copied as it is)
 #
 # `packages` is an attrset of package declarations (the primary form):
 #
@@ -20,6 +21,8 @@
 #     manifests = [ ./web.yaml helmOutput ];  # YAML/JSON files or directories
 #     migrations = [ { from = "1.1.0"; to = "1.2.0"; description = "..."; actions = [ ... ]; } ];
 #     handoff = [ { kind = "Deployment"; fields = [ "spec.replicas" ]; } ];  # left to other managers
+#     secrets = [ ./db.sops.yaml ];  # SOPS-encrypted files (age): only ciphertext in the store
+#     allowPlaintextSecrets = false; # true: plain Secrets among `resources`/`manifests` are allowed
 #     health = [ { group = "example.com"; kind = "Widget"; current = "status.phase == 'Running'"; } ];
 #   };
 #
@@ -94,6 +97,8 @@ let
     "migrations"
     "handoff"
     "health"
+    "secrets"
+    "allowPlaintextSecrets"
   ];
 
   # A health rule: CEL expressions judging one kind (kix-health's RuleSpec).
@@ -307,6 +312,8 @@ let
           migrations = p.migrations or [ ];
           handoff = p.handoff or [ ];
           health = p.health or [ ];
+          secrets = p.secrets or [ ];
+          allowPlaintextSecrets = p.allowPlaintextSecrets or false;
 
           describeResource =
             i: r:
@@ -382,6 +389,30 @@ let
               f "is an attrset; Nix attrsets belong in `resources`"
             else
               f "must be a path, a derivation or an absolute path string, got ${describeValue m}";
+
+          # A SOPS-encrypted file: a path, a derivation's file or an absolute
+          # path string, named .yaml, .yml or .json (sops' formats).
+          checkSecret =
+            i: s:
+            let
+              f = msg: pfail "secret ${toString i}: ${msg}";
+              fileName = if isPath s then baseNameOf s else storeName (toString s);
+            in
+            (
+              if isPath s then
+                builtins.pathExists s || f "${toString s} does not exist"
+              else if isAttrs s && s ? outPath then
+                true
+              else if isString s then
+                (substring 0 1 s == "/" || f "must be a path, a derivation or an absolute path string, got ${describeValue s}")
+                && (builtins.hasContext s || builtins.pathExists s || f "${s} does not exist")
+              else
+                f "must be a SOPS-encrypted file (a path such as ./db.sops.yaml), got ${describeValue s}"
+            )
+            && (
+              match ".*[.](yaml|yml|json)" fileName != null
+              || f "${quote fileName} must be named .yaml, .yml or .json (the format sops wrote it in)"
+            );
 
           checkMigration =
             i: m:
@@ -469,6 +500,9 @@ let
             (all (x: x) (imap0 checkHandoff handoff))
             (isList health || pfail "`health` must be a list of health rules")
             (all (x: x) (imap0 (i: checkHealthRule (msg: pfail "health ${toString i}: ${msg}")) health))
+            (isList secrets || pfail "`secrets` must be a list of SOPS-encrypted files")
+            (all (x: x) (imap0 checkSecret secrets))
+            (builtins.isBool allowPlaintextSecrets || pfail "`allowPlaintextSecrets` must be a boolean, got ${describeValue allowPlaintextSecrets}")
           ];
         in
         checkAll checks {
@@ -482,6 +516,8 @@ let
             migrations
             handoff
             health
+            secrets
+            allowPlaintextSecrets
             ;
         };
 
@@ -586,6 +622,7 @@ let
           // (if p.namespace == null then { } else { inherit (p) namespace; })
           // (if p.handoff == [ ] then { } else { inherit (p) handoff; })
           // (if p.health == [ ] then { } else { health = healthJson p.health; })
+          // (if p.allowPlaintextSecrets then { inherit (p) allowPlaintextSecrets; } else { })
         );
 
       width = count: if count > 1000 then stringLength (toString (count - 1)) else 3;
@@ -627,6 +664,7 @@ let
           pkgVar = "kix_p${toString k}";
           nres = length p.resources;
           nman = length p.manifests;
+          nsec = length p.secrets;
           res = imap0 (i: r: {
             var = "kix_p${toString k}_r${toString i}";
             value = toJSON r;
@@ -653,7 +691,12 @@ let
           ++ imap0 (
             i: m:
             "cp -RL ${shellQuote "${manifestSource m}"} \"${dir}/resources/manifests/${manifestFile nman i m}\""
-          ) p.manifests;
+          ) p.manifests
+          ++ (if nsec == 0 then [ ] else [ "mkdir -p \"${dir}/secrets\"" ])
+          ++ imap0 (
+            i: m:
+            "cp -L ${shellQuote "${manifestSource m}"} \"${dir}/secrets/${manifestFile nsec i m}\""
+          ) p.secrets;
         };
 
       plans = imap0 packagePlan order;

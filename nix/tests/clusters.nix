@@ -55,6 +55,20 @@ let
   };
 in
 {
+  # A SOPS-encrypted Secret (fixtures/db.sops.yaml, encrypted to a key that
+  # was thrown away): the store holds only its ciphertext (nix/tests/run
+  # greps the output for fixtures/db.sops.plaintext).
+  secrets = kix.mkCluster {
+    inherit pkgs;
+    name = "secrets";
+    packages.db = {
+      version = "1";
+      namespace = "db";
+      resources = [ (configMap "db-config" { inherit salt; }) ];
+      secrets = [ ./fixtures/db.sops.yaml ];
+    };
+  };
+
   # Three packages: db <- api <- web, settings with an unknown key, every
   # kind of resource source.
   basic = kix.mkCluster {

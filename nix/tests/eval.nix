@@ -116,7 +116,19 @@ let
       migrations = [ ];
       handoff = [ ];
       health = [ ];
+      secrets = [ ];
+      allowPlaintextSecrets = false;
     } (removeAttrs clusters.minimal.packages.app [ "resources" ]);
+    # Encrypted files are copied into packages/<p>/secrets/ as they are;
+    # allowPlaintextSecrets reaches package.json only when true.
+    secretsCopied = eq true (scriptHas clusters.secrets "/secrets/000-db.sops.yaml");
+    allowPlaintextInPackageJson = eq true (fromJSON (mk {
+      packages.p = {
+        version = "1";
+        allowPlaintextSecrets = true;
+      };
+    }).kix_p0).allowPlaintextSecrets;
+    noAllowPlaintextNoKey = eq false ((fromJSON clusters.basic.kix_p0) ? allowPlaintextSecrets);
     handoffInPackageJson = eq [
       {
         kind = "Deployment";

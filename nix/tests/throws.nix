@@ -525,6 +525,47 @@ in
           ];
         };
       });
+  secretNotAPath =
+    case
+      [
+        "package \"db\""
+        "secret 0"
+        "must be a path"
+      ]
+      (mk {
+        packages.db = {
+          version = "1";
+          secrets = [ "db.sops.yaml" ];
+        };
+      });
+
+  secretNotYamlOrJson =
+    case
+      [
+        "package \"db\""
+        "secret 0"
+        "must be named .yaml, .yml or .json"
+      ]
+      (mk {
+        packages.db = {
+          version = "1";
+          secrets = [ ./fixtures/manifests-dir ];
+        };
+      });
+
+  allowPlaintextSecretsNotBool =
+    case
+      [
+        "package \"db\""
+        "`allowPlaintextSecrets` must be a boolean"
+      ]
+      (mk {
+        packages.db = {
+          version = "1";
+          allowPlaintextSecrets = "yes";
+        };
+      });
+
   handoffWithoutFields =
     case
       [
