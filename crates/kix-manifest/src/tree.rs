@@ -275,14 +275,25 @@ impl Build {
         kix_health::Rules::with_user(self.health.iter().cloned())
     }
 
-    /// The plain Secrets of packages that do not allow them
-    /// (`allowPlaintextSecrets`): their values lie readable in the store.
+    /// The plain Secrets with values (`data`, `stringData`) of packages
+    /// that do not allow them (`allowPlaintextSecrets`): their values lie
+    /// readable in the store. A Secret with no values (a ServiceAccount
+    /// token Secret, filled in by the cluster) is not one.
     pub fn plaintext_secrets(&self) -> Vec<&Object> {
+        let has_values = |o: &Object| {
+            let manifest = o.manifest();
+            ["data", "stringData"].iter().any(|field| {
+                manifest
+                    .get(field)
+                    .and_then(Value::as_object)
+                    .is_some_and(|m| !m.is_empty())
+            })
+        };
         self.packages
             .iter()
             .filter(|p| !self.plaintext_secrets_allowed.contains(&p.name))
             .flat_map(|p| &p.objects)
-            .filter(|o| o.key.group.is_empty() && o.key.kind == "Secret")
+            .filter(|o| o.key.group.is_empty() && o.key.kind == "Secret" && has_values(o))
             .collect()
     }
 

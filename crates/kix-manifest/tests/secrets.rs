@@ -102,6 +102,25 @@ fn plain_secrets_are_listed_unless_the_package_allows_them() {
         .collect();
     assert_eq!(plain, vec!["Secret/db".to_owned()]);
 
+    // A Secret with no values (a token Secret the cluster fills) is not one.
+    let (dir, root) = tree(&[
+        ("kix.json", KIX),
+        (
+            "packages/app/package.json",
+            r#"{"name":"app","version":"1"}"#,
+        ),
+        (
+            "packages/app/resources/token.yaml",
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: t}\ntype: kubernetes.io/service-account-token\n",
+        ),
+    ]);
+    assert!(
+        read(&dir, &root)
+            .expect("reads")
+            .plaintext_secrets()
+            .is_empty()
+    );
+
     let (dir, root) = files(r#"{"name":"app","version":"1","allowPlaintextSecrets":true}"#);
     let build = read(&dir, &root).expect("reads");
     assert!(build.plaintext_secrets().is_empty());
