@@ -138,6 +138,21 @@ pub struct DeployOptions {
     pub upkeep: bool,
 }
 
+impl DeployOptions {
+    /// What the user consented to, as the gates read it.
+    pub fn consents(&self) -> crate::gates::Consents {
+        crate::gates::Consents {
+            current_activation: self.current_activation.clone(),
+            force_conflicts: self.force_conflicts,
+            yield_to_kix_clusters: self.yield_to_kix_clusters,
+            accept_migrations: self.accept_migrations,
+            allow_empty: self.allow_empty,
+            prune: self.prune,
+            deletions: self.deletions,
+        }
+    }
+}
+
 impl Default for DeployOptions {
     fn default() -> Self {
         let receipt = ReceiptInfo::local();
@@ -266,39 +281,7 @@ pub(crate) fn emit(options: &DeployOptions, event: Event) {
 
 /// Refusals that must happen before any change.
 pub fn check_plan(plan: &Plan, build: &Build, options: &DeployOptions) -> Result<()> {
-    if let Some(expected) = &options.current_activation {
-        let found = plan
-            .current_activation
-            .clone()
-            .unwrap_or_else(|| "none".into());
-        if &found != expected {
-            return Err(EngineError::NotCurrent {
-                cluster: plan.cluster.clone(),
-                expected: expected.clone(),
-                found,
-            });
-        }
-    }
-    let conflicts = plan.refused_conflicts(options.force_conflicts, options.yield_to_kix_clusters);
-    if !conflicts.is_empty() {
-        return Err(EngineError::Conflicts(conflicts.join(", ")));
-    }
-    // Before the acceptance: accepted or not, the apiserver would refuse it.
-    let refused = crate::crd_upgrade::refusals(&plan.crd_upgrades);
-    if !refused.is_empty() {
-        return Err(EngineError::CrdStoredVersion(refused.join("; ")));
-    }
-    let accept = plan.needs_acceptance();
-    if !accept.is_empty() && !options.accept_migrations {
-        return Err(EngineError::NeedsAcceptance(accept.join("; ")));
-    }
-    if build.object_count() == 0 && options.prune && !options.allow_empty && plan.counts.delete > 0
-    {
-        return Err(EngineError::EmptyBuild(plan.cluster.clone()));
-    }
-    if options.prune && !options.deletions.allows(&plan.deletion_budget) {
-        return Err(EngineError::DeletionBudget(plan.deletion_budget.explain()));
-    }
+    crate::gates::deploy(plan, build.object_count(), &options.consents())?;
     Ok(())
 }
 
@@ -429,9 +412,11 @@ async fn resealed(
     drop(plan);
     let replanned = crate::plan::plan(client, build, &store_path, &plan_options).await?;
     if let (Some(saved), Some(actions)) = (&options.exact_digest, &saved_actions) {
-        crate::seal::Moved::check(saved, actions, &replanned)?;
+        crate::gates::saved_plan(saved, &replanned, || {
+            crate::seal::Moved::changes(actions, &replanned)
+        })?;
     }
-    crate::seal::check(&confirmed, &crate::seal::Destructive::of(&replanned))?;
+    crate::gates::confirmed(&confirmed, &replanned)?;
     check_plan(&replanned, build, options)?;
     Ok(replanned)
 }
@@ -506,7 +491,7 @@ pub async fn rollback_to(
         },
     )
     .await?;
-    consent.check(&plan)?;
+    crate::gates::consented(consent, &plan)?;
     options.replan = false;
     Box::pin(deploy(client, &build, plan, &options)).await
 }

@@ -17,6 +17,7 @@ pub mod deploy;
 pub mod desired;
 pub mod diff;
 pub mod error;
+pub mod gates;
 pub mod gc;
 pub mod health;
 pub mod lease;

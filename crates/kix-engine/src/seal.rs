@@ -342,18 +342,11 @@ impl Moved {
         action_lines(&serde_json::to_value(confirmed).unwrap_or(Value::Null))
     }
 
-    /// `Err` when `now` (a re-plan) does not have the digest `saved`;
-    /// `confirmed` are the [`Moved::actions_of`] the plan made from the
-    /// saved one, to say what moved.
-    pub fn check(saved: &str, confirmed: &BTreeSet<String>, now: &Plan) -> Result<(), Moved> {
-        if now.digest == saved {
-            return Ok(());
-        }
-        Err(Moved {
-            saved: saved.to_string(),
-            now: now.digest.clone(),
-            changes: moved_lines(confirmed, now),
-        })
+    /// What moved between the actions of the confirmed plan
+    /// ([`Moved::actions_of`]) and `now`, a re-plan: the changes of the
+    /// [`crate::gates::saved_plan`] gate's refusal.
+    pub fn changes(confirmed: &BTreeSet<String>, now: &Plan) -> Vec<String> {
+        moved_lines(confirmed, now)
     }
 }
 

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kix_api::{Activation, Drift, FINALIZER, FailedDeletion, Phase};
 use kix_engine::budget::DeletionConsent;
 use kix_engine::deploy::{DeployOptions, OnError, ReceiptInfo};
+use kix_engine::gates::{self, Refusal};
 use kix_engine::plan::PlanOptions;
 use kix_manifest::StorePath;
 use kube::api::Api;
@@ -350,12 +351,7 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     }
     // What the user confirmed is what happens: a destructive action the
     // record does not accept changes nothing.
-    if fresh
-        && let Err(unconfirmed) = kix_engine::seal::check(
-            &record.spec.receipt.accepted,
-            &kix_engine::seal::Destructive::of(&plan),
-        )
-    {
+    if fresh && let Err(unconfirmed) = gates::confirmed(&record.spec.receipt.accepted, &plan) {
         return fail(ctx, &record, unconfirmed.to_string()).await;
     }
     // A saved plan runs only as saved: checked now and again under the
@@ -364,26 +360,23 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     let exact =
         (receipt.saved_plan && phase == Phase::Pending).then(|| receipt.plan_digest.clone());
     if let Some(saved) = &exact
-        && plan.digest != *saved
+        && let Err(moved) =
+            gates::saved_plan(saved, &plan, || counts_moved(&receipt.counts, &plan.counts))
     {
-        let moved = kix_engine::seal::Moved {
-            saved: saved.clone(),
-            now: plan.digest.clone(),
-            changes: counts_moved(&receipt.counts, &plan.counts),
-        };
         return fail(ctx, &record, moved.to_string()).await;
     }
     // A stored CRD version the build removes: the apiserver would refuse it
     // midway through the apply; the record fails before any change.
-    let refused = kix_engine::crd_upgrade::refusals(&plan.crd_upgrades);
-    if fresh && !refused.is_empty() {
+    if fresh && let Err(Refusal::CrdStoredVersions(refused)) = gates::crd_stored_versions(&plan) {
         let why = kix_engine::deploy::joined(&refused);
         return fail(ctx, &record, format!("nothing was changed: {why}")).await;
     }
     let deletions = DeletionConsent::from_receipt(record.spec.receipt.accepted_deletions);
-    if !deletions.allows(&plan.deletion_budget) {
+    if let Err(Refusal::DeletionBudget(check)) =
+        gates::deletion_budget(&plan.deletion_budget, deletions)
+    {
         if fresh {
-            let why = plan.deletion_budget.explain();
+            let why = check.explain();
             return fail(ctx, &record, format!("nothing was changed: the plan {why}")).await;
         }
         crate::guard::hold_for_budget(ctx, &record, &plan).await?;

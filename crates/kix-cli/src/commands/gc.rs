@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use kix_engine::gates::{self, Refusal};
 use kix_engine::gc::{GcAction, GcPlan, GcReport, Retention, parse_age};
 use kix_nix::GcRoots;
 
@@ -112,10 +113,12 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
     };
     // Refused before anything is deleted, like deploy.
     let budget = plan.deletion_budget(settings.as_ref().and_then(|s| s.deletion_budget));
-    if !confirm.deletion_consent().allows(&budget) {
+    if let Err(Refusal::DeletionBudget(check)) =
+        gates::deletion_budget(&budget, confirm.deletion_consent())
+    {
         anyhow::bail!(
             "gc exceeds the deletion budget: nothing was changed: it {}",
-            budget.explain()
+            check.explain()
         );
     }
     if args.operator {
