@@ -42,7 +42,7 @@ pub use store_path::{
     HASH_LEN, MAX_NAME_LEN, NIXBASE32_ALPHABET, STORE_DIR, StorePath, StorePathError,
 };
 pub use tree::{
-    Build, BuildSummary, DeletionBudget, FORMAT, Package, ReadOptions, SecretFile, Settings,
-    read_tree, settings_hint,
+    Build, BuildSummary, DeletionBudget, FORMAT, Package, ReadOptions, SecretFile, ServiceAccount,
+    Settings, read_tree, settings_hint,
 };
 pub use version::compare_versions;

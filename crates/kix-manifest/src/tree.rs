@@ -165,9 +165,22 @@ pub struct Settings {
         deserialize_with = "DeletionBudget::deserialize_setting"
     )]
     pub deletion_budget: Option<DeletionBudget>,
+    /// The ServiceAccount every request made for this Kix cluster acts as
+    /// (impersonated by the CLI and the operator); absent: the deployer's
+    /// own credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<ServiceAccount>,
     /// Every other setting, as written.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
+}
+
+/// A ServiceAccount by namespace and name (`settings.serviceAccount`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceAccount {
+    pub namespace: String,
+    pub name: String,
 }
 
 /// The deletion budget setting: a deploy (rollback, operator prune, gc)
