@@ -150,11 +150,12 @@ impl SourceArgs {
         // reads: it decides before anything read is used, and a path it had
         // to realise is read again.
         let checking = tokio::task::spawn_blocking(move || resolved.check());
-        let context = kix_manifest::settings_hint(path.as_path()).map(|s| s.context);
-        let early = match &context {
+        // Where and as whom the build deploys: its context and ServiceAccount.
+        let target = kix_manifest::settings_hint(path.as_path());
+        let early = match &target {
             // A context that does not load fails later, after the tree is
             // read, as it does without this.
-            Some(context) => crate::kube_client::client(global, context.as_deref())
+            Some(target) => crate::kube_client::client_for_build(global, target)
                 .await
                 .ok()
                 .map(|client| {
@@ -180,12 +181,16 @@ impl SourceArgs {
         let (path, build) = read.with_context(|| format!("building {described}"))?;
         warn_secrets(&build);
         let (client, prefetched) = match early {
-            Some((client, prefetched)) if context.as_ref() == Some(&build.settings.context) => {
+            Some((client, prefetched))
+                if target.as_ref().is_some_and(|target| {
+                    target.context == build.settings.context
+                        && target.service_account == build.settings.service_account
+                }) =>
+            {
                 (client, prefetched.await?)
             }
             _ => {
-                let client =
-                    crate::kube_client::client(global, build.settings.context.as_deref()).await?;
+                let client = crate::kube_client::client_for_build(global, &build.settings).await?;
                 let prefetched = Prefetched::start(&client, cluster, options).await?;
                 (client, prefetched)
             }
@@ -224,6 +229,7 @@ pub async fn exec(args: BuildArgs, global: &GlobalArgs) -> anyhow::Result<ExitCo
         .source
         .build_and_read(&args.cluster, global, &args.nix_args)
         .await?;
+    refuse_plaintext_secrets(&build)?;
     let validation = if args.no_validate {
         None
     } else {
@@ -356,6 +362,28 @@ impl Summary {
 
 fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
     if n == 1 { one } else { many }
+}
+
+/// `kix build` and `kix validate` refuse plain Secrets with values in a
+/// package that does not allow them (`allowPlaintextSecrets`): the Nix
+/// store is world-readable.
+pub fn refuse_plaintext_secrets(build: &Build) -> anyhow::Result<()> {
+    let plain = build.plaintext_secrets();
+    if plain.is_empty() {
+        return Ok(());
+    }
+    let mut packages: Vec<&str> = plain.iter().map(|o| o.package.as_str()).collect();
+    packages.dedup();
+    let names: Vec<String> = plain.iter().map(|o| o.key.to_string()).collect();
+    anyhow::bail!(
+        "the build has plain Secrets with values ({}): the Nix store is world-readable, so every \
+         user of this machine (and of every machine the path is copied to) can read them. \
+         Encrypt them with sops and give the files as `packages.<p>.secrets` (see \
+         docs/secrets.md), or set `allowPlaintextSecrets = true` on package {} for a test \
+         cluster",
+        names.join(", "),
+        packages.join(", ")
+    )
 }
 
 /// Secrets in a build are readable by every user of the machine: the Nix store

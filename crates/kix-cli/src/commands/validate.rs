@@ -70,6 +70,7 @@ pub async fn exec(args: ValidateArgs, global: &GlobalArgs) -> anyhow::Result<Exi
         }
         (None, None) => anyhow::bail!("name a Kix cluster or give --path"),
     };
+    super::build::refuse_plaintext_secrets(&build)?;
     let report = args.version.validate(&build)?;
     let mut stdout = std::io::stdout().lock();
     match args.output {
