@@ -14,6 +14,25 @@ use kube::{Client, Config};
 use crate::commands::GlobalArgs;
 
 pub async fn client(global: &GlobalArgs, default_context: Option<&str>) -> anyhow::Result<Client> {
+    Client::try_from(config(global, default_context).await?)
+        .context("creating the Kubernetes client")
+}
+
+/// The client a build's plan and deploy use: the kubeconfig context its
+/// settings name (unless `--context`), acting as the ServiceAccount its
+/// settings name, so a local deploy has the rights an operator deploy of
+/// the same build has.
+pub async fn client_for_build(
+    global: &GlobalArgs,
+    settings: &kix_manifest::Settings,
+) -> anyhow::Result<Client> {
+    let config = config(global, settings.context.as_deref()).await?;
+    let account = kix_engine::tenant::declared_account(settings);
+    kix_engine::tenant::client_acting_as(config, account.as_ref())
+        .context("creating the Kubernetes client")
+}
+
+async fn config(global: &GlobalArgs, default_context: Option<&str>) -> anyhow::Result<Config> {
     let options = KubeConfigOptions {
         context: global
             .context
@@ -33,7 +52,7 @@ pub async fn client(global: &GlobalArgs, default_context: Option<&str>) -> anyho
         Some(ctx) => anyhow::anyhow!("loading kubeconfig context {ctx:?}: {e}"),
         None => anyhow::anyhow!("loading kubeconfig: {e}"),
     })?;
-    Client::try_from(config).context("creating the Kubernetes client")
+    Ok(config)
 }
 
 /// The API server and CA a client of the kubeconfig context `--context` (or

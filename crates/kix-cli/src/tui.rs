@@ -564,6 +564,7 @@ mod tests {
             current_activation: Some("prod-6".into()),
             current_path: Some("/nix/store/zyxwvsrqpnmlkjihgfdcba9876543210-kix-prod".into()),
             current_phase: Some(Phase::Active),
+            service_account: None,
             activation: "prod-7".into(),
             kix_crds: CrdState::Current,
             packages: vec![

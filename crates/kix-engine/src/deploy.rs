@@ -526,7 +526,7 @@ pub fn activation_spec(plan: &Plan, options: &DeployOptions) -> ActivationSpec {
             saved_plan: options.exact_digest.is_some(),
         },
         engine: options.engine,
-        service_account: None,
+        service_account: plan.service_account.clone(),
     }
 }
 

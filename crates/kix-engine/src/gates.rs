@@ -262,6 +262,7 @@ mod tests {
             current_activation: Some("prod-6".into()),
             current_path: None,
             current_phase: None,
+            service_account: None,
             activation: "prod-7".into(),
             kix_crds: CrdState::Current,
             packages: vec![PackagePlan {

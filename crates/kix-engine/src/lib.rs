@@ -16,6 +16,7 @@ pub mod crd_upgrade;
 pub mod deploy;
 pub mod desired;
 pub mod diff;
+pub mod duration;
 pub mod error;
 pub mod gates;
 pub mod gc;
@@ -35,6 +36,7 @@ pub mod resources;
 pub mod retire;
 pub mod seal;
 pub mod status;
+pub mod tenant;
 pub mod wait;
 
 pub use error::{EngineError, Result};

@@ -886,6 +886,8 @@ mod tests {
             settings: Default::default(),
             health: Vec::new(),
             packages: vec![package("2.0.0", vec![migration("1.0.0", "2.0.0")])],
+            secrets: Vec::new(),
+            plaintext_secrets_allowed: Default::default(),
         };
         let labels = |pis: &[PackageInstance]| {
             crossed(&build, pis)

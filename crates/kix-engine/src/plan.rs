@@ -133,6 +133,10 @@ pub struct Plan {
     pub current_activation: Option<String>,
     pub current_path: Option<String>,
     pub current_phase: Option<kix_api::Phase>,
+    /// The ServiceAccount the build acts as (`settings.serviceAccount`):
+    /// recorded in the Activation, impersonated by the executor's client.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<kix_api::ServiceAccountRef>,
     /// The name the deploy of this plan records (`<cluster>-<n>`); applied
     /// objects name it in their activations annotation.
     pub activation: String,
@@ -439,6 +443,7 @@ pub async fn plan_prefetched(
         current_activation: current.and_then(|c| c.metadata.name.clone()),
         current_path: current.map(|c| c.spec.source.path.clone()),
         current_phase: current.and_then(|c| c.phase()),
+        service_account: crate::tenant::declared_account(&build.settings),
         kix_crds,
         counts,
         packages,

@@ -50,7 +50,7 @@ struct Args {
     metrics_addr: SocketAddr,
     /// How often every current record is re-checked in full, besides the
     /// watches on owned objects (e.g. 60s, 5m).
-    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    #[arg(long, value_parser = kix_engine::duration::parse, default_value = "60s")]
     resync_interval: Duration,
     /// Namespace of the leader-election and deploy Leases.
     #[arg(long, default_value = "kube-system")]
@@ -84,21 +84,6 @@ enum LogFormat {
     Json,
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text.split_at(
-        text.find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len()),
-    );
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (like 60s, 5m)"))?;
-    match unit {
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!("{text:?}: unknown unit {unit:?}")),
-    }
-}
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("KIX_LOG")

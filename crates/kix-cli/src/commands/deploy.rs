@@ -107,29 +107,9 @@ pub enum PruneModeArg {
     Orphan,
 }
 
-/// `90s`, `5m`, `1h`, or plain seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text.split_at(
-        text.find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len()),
-    );
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (like 90s, 5m, 1h)"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86400,
-        _ => {
-            return Err(format!(
-                "{text:?}: unknown unit {unit:?} (use s, m, h or d)"
-            ));
-        }
-    };
-    Ok(Duration::from_secs(secs))
-}
+/// The command lines' one duration reading (kept here for callers that
+/// name it by this path).
+pub use kix_engine::duration::parse as parse_duration;
 
 pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
     let saved = match &args.plan {
@@ -156,7 +136,7 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
             )
             .await?;
             let client =
-                crate::kube_client::client(global, build.settings.context.as_deref()).await?;
+                crate::kube_client::client_for_build(global, &build.settings).await?;
             let plan =
                 kix_engine::plan::plan(&client, &build, path.as_str(), &plan_options).await?;
             (path, build, client, plan)

@@ -11,7 +11,6 @@ use anyhow::Context;
 use clap::Args;
 
 use super::GlobalArgs;
-use super::deploy::parse_duration;
 use crate::kube_client::{cluster_endpoint, service_account_kubeconfig, service_account_token};
 
 #[derive(Debug, Args)]
@@ -30,7 +29,7 @@ pub struct OperatorKubeconfigArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// How long to wait for the token controller to fill in the token.
-    #[arg(long, value_parser = parse_duration, default_value = "120s")]
+    #[arg(long, value_parser = kix_engine::duration::parse, default_value = "120s")]
     pub wait: Duration,
 }
 

@@ -13,7 +13,7 @@ use kix_engine::plan::PlanOptions;
 use kix_manifest::StorePath;
 use kube::ResourceExt;
 
-use super::deploy::{ConfirmArgs, parse_duration};
+use super::deploy::ConfirmArgs;
 use super::plan::print_plan;
 use super::{GlobalArgs, OutputFormat};
 use crate::progress;
@@ -30,7 +30,7 @@ pub struct RollbackArgs {
     #[command(flatten)]
     pub confirm: ConfirmArgs,
     /// How long to wait for objects to become healthy (e.g. 90s, 5m).
-    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    #[arg(long, value_parser = kix_engine::duration::parse, default_value = "5m")]
     pub timeout: Duration,
     /// Take fields other field managers own (server-side apply force).
     #[arg(long)]
