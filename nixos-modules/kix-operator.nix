@@ -6,7 +6,11 @@
 # Kix cluster "kix-operator" (./kix-operator-rbac.yaml, the RBAC the options
 # generate, the token Secret of ./kix-operator-token.yaml; kix installs its
 # CRDs and prunes what an earlier configuration had) and writes the
-# ServiceAccount's kubeconfig the operator uses. See docs/nix.md.
+# ServiceAccount's kubeconfig the operator uses. Each entry of
+# `clusters` is a Kix cluster this host declares: a oneshot unit
+# kix-declare-<name> runs `kix declare` on each activation of a generation
+# (nothing when the current record has the build, a rollback when an older
+# activation had it, else a deploy through the operator). See docs/nix.md.
 {
   config,
   lib,
@@ -90,6 +94,106 @@ let
   '';
 
   ruleType = types.attrsOf (types.listOf types.str);
+
+  # Declared Kix clusters (services.kix-operator.clusters).
+  operatorUnit =
+    if isContainer then
+      "${config.virtualisation.oci-containers.backend}-kix-operator.service"
+    else
+      "kix-operator.service";
+  # absent = "prune": a build with no objects, so the operator prunes what
+  # the Kix cluster owns, through its deletion budget.
+  emptyCluster = name: (import ../nix { }).mkCluster {
+    inherit pkgs name;
+    packages = { };
+  };
+  declaredTree =
+    name: c:
+    if c.absent == "prune" then
+      emptyCluster name
+    else if c.build == null then
+      throw "services.kix-operator.clusters.${name}: set build, or absent = \"prune\" without a build."
+    else
+      c.build;
+  hostName = config.networking.hostName or "";
+  declareArguments =
+    name: c:
+    [
+      "${cfg.bootstrap.package}/bin/kix"
+      "declare"
+      name
+      "--path=${declaredTree name c}"
+      "--wait=${toString c.waitTimeout}s"
+    ]
+    ++ map (a: "--accept=${a}") c.acceptMigrations
+    ++ lib.optional (c.maxDeletions != null) "--max-deletions=${toString c.maxDeletions}"
+    ++ lib.optional (c.absent == "prune") "--allow-empty"
+    ++ lib.optional (hostName != "") "--declared-by=${hostName}";
+  declareUnit = name: c: {
+    description = "kix: declare Kix cluster ${name} (${if c.absent == "prune" then "pruned" else "this generation's build"})";
+    wantedBy = [ "multi-user.target" ];
+    wants = [ "network-online.target" operatorUnit ] ++ bootstrapUnits ++ k3sUnits;
+    after = [ "network-online.target" "nix-daemon.socket" operatorUnit ] ++ bootstrapUnits ++ k3sUnits;
+    # A switch to a generation with another build restarts the unit (its
+    # ExecStart names the build too); one with the same build leaves it.
+    restartTriggers = [ (declaredTree name c) ];
+    path = [ cfg.nixPackage ];
+    environment = {
+      KUBECONFIG = c.kubeconfigFile;
+      KIX_GCROOTS_DIR = cfg.gcRootsDir;
+    };
+    serviceConfig = {
+      Type = "oneshot";
+      RemainAfterExit = true;
+      ExecStart = lib.concatMapStringsSep " " systemdArg (declareArguments name c);
+      # The plan and the record come before the wait.
+      TimeoutStartSec = c.waitTimeout + 300;
+    };
+  };
+  clusterType = types.submodule (
+    { name, ... }:
+    {
+      options = {
+        build = mkOption {
+          type = types.nullOr types.package;
+          default = null;
+          example = literalExpression "self.kixClusters.${name}";
+          description = ''
+            The Kix cluster's build (kix.lib.mkCluster), which joins the
+            system closure. On each activation of a generation the unit
+            kix-declare-${name} declares it through the operator: nothing
+            when the current record names it, a rollback when an older
+            activation had it (switching to an older generation), else a
+            deploy. null only with absent = "prune".
+          '';
+        };
+        absent = option (types.enum [ "keep" "prune" ]) "keep" ''
+          `prune` (with build = null): the Kix cluster's objects are
+          deleted, by declaring a build with no objects (through the
+          deletion budget: maxDeletions). A cluster removed from the
+          configuration is left as it is (`keep`).
+        '';
+        acceptMigrations = option (types.listOf types.str) [ ] ''
+          What the plan may need accepted (migrations, replaces,
+          adoptions, destructive deletions), each named by the start of
+          its line in the plan, by whole words: "migration web",
+          "adopt ConfigMap apps/legacy". Anything else needing acceptance
+          refuses the declaration (the unit fails, nothing is written).
+        '';
+        maxDeletions = option (types.nullOr types.ints.unsigned) null ''
+          Deletions allowed beyond the Kix cluster's deletion budget
+          (`kix declare --max-deletions`). null: the budget applies.
+        '';
+        waitTimeout = option types.ints.positive 600 "Seconds the unit waits for the operator to make the record Active (Degraded fails it).";
+        kubeconfigFile = mkOption {
+          type = types.nullOr types.str;
+          default = cfg.kubeconfigFile;
+          defaultText = literalExpression "config.services.kix-operator.kubeconfigFile";
+          description = "Kubeconfig the unit plans and writes the record with (it needs to read the build's kinds and create Activation records).";
+        };
+      };
+    }
+  );
   option =
     type: default: description:
     mkOption { inherit type default description; };
@@ -167,6 +271,23 @@ in
       container, since Nix registers indirect roots by their path.
     '';
     container.extraOptions = option (types.listOf types.str) [ ] "Extra options for the container runtime's `run`.";
+    clusters = mkOption {
+      type = types.attrsOf clusterType;
+      default = { };
+      example = literalExpression ''
+        {
+          apps = { build = self.kixClusters.apps; acceptMigrations = [ "migration db" ]; };
+          old-tools.absent = "prune";
+        }
+      '';
+      description = ''
+        Kix clusters this host declares: each generation names their
+        builds, `nixos-rebuild switch` deploys them through the operator
+        and switching back to an older generation rolls them back (unit
+        kix-declare-<name>; a refused or failed declaration fails it).
+        A cluster removed from here is left as it is.
+      '';
+    };
 
     bootstrap = {
       enable = mkOption {
@@ -185,7 +306,7 @@ in
         type = types.package;
         default = pkgs.kix or (throw "services.kix-operator.bootstrap.package is not set and pkgs has no kix: import the module through the kix flake or apply its overlays.default");
         defaultText = literalExpression "pkgs.kix (the flake's module sets the flake's build)";
-        description = "The kix CLI the bootstrap deploys with.";
+        description = "The kix CLI the bootstrap deploys with and the kix-declare units run.";
       };
       timeout = option types.ints.positive 300 "Seconds the bootstrap keeps trying while the API server starts.";
       cluster = mkOption {
@@ -253,7 +374,21 @@ in
           assertion = !cfg.rbac.useServiceAccount || cfg.bootstrap.enable;
           message = "services.kix-operator.rbac.useServiceAccount needs bootstrap.enable (the bootstrap writes its kubeconfig).";
         }
-      ];
+      ]
+      ++ lib.concatLists (lib.mapAttrsToList (name: c: [
+        {
+          assertion = (c.build != null) != (c.absent == "prune");
+          message = "services.kix-operator.clusters.${name}: set build, or absent = \"prune\" without a build.";
+        }
+        {
+          assertion = c.build == null || (c.build.cluster or name) == name;
+          message = "services.kix-operator.clusters.${name}.build is the build of Kix cluster ${c.build.cluster or "?"}, not ${name}.";
+        }
+        {
+          assertion = c.kubeconfigFile != null;
+          message = "services.kix-operator.clusters.${name} needs kubeconfigFile (or services.kix-operator.kubeconfigFile).";
+        }
+      ]) cfg.clusters);
       warnings = lib.optional (!hasKubeconfig) ''
         services.kix-operator has no kubeconfig (kubeconfigFile = null and no
         ServiceAccount kubeconfig): the operator uses the in-cluster
@@ -264,6 +399,7 @@ in
         "d ${cfg.gcRootsDir} 0755 ${owner} ${group} - -"
       ];
       networking.firewall.allowedTCPPorts = mkIf cfg.openFirewall [ cfg.metricsPort ];
+      systemd.services = lib.mapAttrs' (name: c: lib.nameValuePair "kix-declare-${name}" (declareUnit name c)) cfg.clusters;
     }
 
     (mkIf cfg.bootstrap.enable {

@@ -74,9 +74,15 @@ let
       ];
     }).config;
   container = evalModule { };
+  declaredDemo = import ./demo-cluster.nix {
+    kixLib = self.lib;
+    inherit pkgs;
+  };
   host = evalModule {
     mode = "host";
     rbac.namespaces = [ "apps" ];
+    clusters.demo.build = declaredDemo;
+    clusters.retired.absent = "prune";
   };
   moduleChecks =
     let
@@ -101,6 +107,11 @@ let
       (expect (lib.any (
         o: o.kind == "RoleBinding" && o.metadata.name == "kix-operator-apply" && o.metadata.namespace == "apps"
       ) host.services.kix-operator.bootstrap.cluster.packages.rbac.resources) "apply permissions bound in rbac.namespaces only")
+      (expect (lib.hasInfix (builtins.unsafeDiscardStringContext "\"--path=${declaredDemo}\"") (
+        builtins.unsafeDiscardStringContext host.systemd.services.kix-declare-demo.serviceConfig.ExecStart
+      )) "kix declare of the declared build")
+      (expect (builtins.elem "kix-operator.service" host.systemd.services.kix-declare-demo.after) "the declare unit after the operator")
+      (expect (lib.hasInfix "\"--allow-empty\"" host.systemd.services.kix-declare-retired.serviceConfig.ExecStart) "absent = prune declares an empty build")
     ];
 in
 {
@@ -207,6 +218,7 @@ in
           };
           host = {
             inherit (host.systemd.services.kix-operator.serviceConfig) ExecStart;
+            declare = host.systemd.services.kix-declare-demo.serviceConfig.ExecStart;
             toplevel = host.system.build.toplevel.drvPath;
           };
         }

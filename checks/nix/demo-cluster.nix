@@ -10,6 +10,10 @@
   pkgs,
   name ? "demo",
   namespace ? "kix-vm",
+  # Another value gives another build (a later generation of a host).
+  greeting ? "hello",
+  # More objects of package app.
+  extraResources ? [ ],
 }:
 kixLib.mkCluster {
   inherit pkgs name;
@@ -40,9 +44,10 @@ kixLib.mkCluster {
             name = "demo-settings";
             inherit namespace;
           };
-          data.greeting = "hello";
+          data.greeting = greeting;
         }
-      ];
+      ]
+      ++ extraResources;
       manifests = [
         (pkgs.writeText "demo-extra.yaml" ''
           apiVersion: v1

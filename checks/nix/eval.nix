@@ -1,7 +1,8 @@
 # kix's packaging checks that run with plain Nix, without the nixpkgs
 # package set and without network: the flake's outputs, flake.lock, the
-# NixOS module and the VM tests, evaluated with nixpkgs' real lib (module
-# system and types) and the stand-ins in ./stand-in.
+# NixOS module, the example NixOS host and the VM tests, evaluated with
+# nixpkgs' real lib (module system and types) and the stand-ins in
+# ./stand-in.
 #
 #   nix-instantiate --eval --strict --json checks/nix/eval.nix \
 #     --arg nixpkgsLib ../shared/nixpkgs-lib/lib --arg throwOnFailure true
@@ -25,6 +26,7 @@ let
     lock = import ./lock.nix { inherit common; };
     module = import ./module.nix { inherit common; };
     vm = import ./vm-test-eval.nix { inherit common; };
+    example = import ./example.nix { inherit common; };
     build = if withBuilds then import ./host-demo.nix { inherit common; } else { };
   };
   tests = builtins.foldl' (acc: g: acc // g) { } (builtins.attrValues groups);

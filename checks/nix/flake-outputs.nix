@@ -254,5 +254,5 @@ in
   );
   # The nixos-module-eval check (its expectations run at evaluation time,
   # here against the stand-in module system).
-  nixosModuleEvalCheck = eq 11 (builtins.length (builtins.fromJSON self.checks.${system}.nixos-module-eval.text).checks);
+  nixosModuleEvalCheck = eq 14 (builtins.length (builtins.fromJSON self.checks.${system}.nixos-module-eval.text).checks);
 }

@@ -110,10 +110,55 @@ let
   };
 
   failedAssertions = c: map (a: a.message) (builtins.filter (a: !a.assertion) c.assertions);
+
+  # Declared Kix clusters: two generations of the demo build (the second
+  # with another namespace, so another store path) and one declared absent.
+  demoBuild =
+    namespace:
+    import ./demo-cluster.nix {
+      kixLib = import ../../nix { };
+      inherit (common) pkgs;
+      inherit namespace;
+    };
+  generation1 = demoBuild "kix-vm";
+  generation2 = demoBuild "kix-vm-2";
+  declaring =
+    {
+      demo ? { },
+      extra ? { },
+    }:
+    eval (
+      {
+        enable = true;
+        kubeconfigFile = k3sKubeconfig;
+        clusters.demo = {
+          build = generation1;
+          acceptMigrations = [
+            "migration app"
+            "adopt ConfigMap kix-vm/legacy"
+          ];
+          maxDeletions = 5;
+          waitTimeout = 120;
+        }
+        // demo;
+        clusters.retired.absent = "prune";
+      }
+      // extra
+    );
+  declared = declaring { };
+  declareUnit = declared.systemd.services.kix-declare-demo;
+  retiredUnit = declared.systemd.services.kix-declare-retired;
+  switched = (declaring { demo.build = generation2; }).systemd.services.kix-declare-demo;
+  kixCli = "${declared.services.kix-operator.bootstrap.package}/bin/kix";
+  # The store paths a string refers to (its context), as NixOS would put
+  # them into the system closure.
+  referenced = s: builtins.attrNames (builtins.getContext s);
+  declareFailures = c: failedAssertions (declaring c);
 in
 {
   moduleOptionNames = eq [
     "bootstrap"
+    "clusters"
     "container"
     "enable"
     "environment"
@@ -167,7 +212,30 @@ in
   optionDocsDefaultsWithoutStorePaths = eq [ ] (
     map (d: d.name) (builtins.filter (d: has "/nix/store" (builtins.toJSON (d.default or null))) docs)
   );
-  optionDocsCount = eq 26 (builtins.length docs);
+  optionDocsCount = eq 33 (builtins.length docs);
+  moduleClusterOptionNames = eq [
+    "absent"
+    "acceptMigrations"
+    "build"
+    "kubeconfigFile"
+    "maxDeletions"
+    "waitTimeout"
+  ] (builtins.filter (n: n != "_module") (builtins.attrNames (options.clusters.type.getSubOptions [ ])));
+  moduleClusterDefaults = eq {
+    build = null;
+    absent = "keep";
+    acceptMigrations = [ ];
+    maxDeletions = null;
+    waitTimeout = 600;
+    kubeconfigFile = k3sKubeconfig;
+  } (
+    (eval {
+      enable = true;
+      kubeconfigFile = k3sKubeconfig;
+      clusters.x.absent = "prune";
+    }).services.kix-operator.clusters.x
+    // { absent = "keep"; }
+  );
 
   moduleDefaults = eq {
     enable = false;
@@ -501,8 +569,123 @@ in
       restricted
       flags
       inCluster
+      declared
     ]
   );
+
+  # kix declare, after the operator, once per activation of a generation.
+  declareUnitIsOneshotAfterTheOperator = eq {
+    Type = "oneshot";
+    RemainAfterExit = true;
+    TimeoutStartSec = 420;
+    wantedBy = [ "multi-user.target" ];
+    afterOperator = true;
+    wantsOperator = true;
+    afterBootstrap = true;
+    restart = null;
+  } {
+    inherit (declareUnit.serviceConfig) Type RemainAfterExit TimeoutStartSec;
+    inherit (declareUnit) wantedBy;
+    afterOperator = builtins.elem "podman-kix-operator.service" declareUnit.after;
+    wantsOperator = builtins.elem "podman-kix-operator.service" declareUnit.wants;
+    afterBootstrap = builtins.elem "kix-operator-bootstrap.service" declareUnit.after;
+    restart = declareUnit.serviceConfig.Restart or null;
+  };
+  declareUnitAfterTheHostModeOperator = ok (
+    builtins.elem "kix-operator.service"
+      (declaring { extra.mode = "host"; }).systemd.services.kix-declare-demo.after
+  );
+  declareExecStart = eq (lib.concatMapStringsSep " " builtins.toJSON [
+    kixCli
+    "declare"
+    "demo"
+    "--path=${generation1}"
+    "--wait=120s"
+    "--accept=migration app"
+    "--accept=adopt ConfigMap kix-vm/legacy"
+    "--max-deletions=5"
+    "--declared-by=nixos"
+  ]) declareUnit.serviceConfig.ExecStart;
+  declareEnvironment = eq {
+    KUBECONFIG = k3sKubeconfig;
+    KIX_GCROOTS_DIR = "/nix/var/nix/gcroots/kix";
+  } declareUnit.environment;
+  # The unit refers to the build: it is in the system closure, so the
+  # generation keeps it alive and a rollback finds it in the store.
+  declareBuildInTheClosure = ok (builtins.elem generation1.drvPath (referenced declareUnit.serviceConfig.ExecStart));
+  # Another generation's build changes the unit (restarted by the switch);
+  # the same build leaves it as it is.
+  declareSwitchRestarts = eq {
+    triggers = [ generation2.outPath ];
+    differs = true;
+    same = true;
+  } {
+    triggers = map toString switched.restartTriggers;
+    differs = switched.serviceConfig.ExecStart != declareUnit.serviceConfig.ExecStart;
+    same = (declaring { }).systemd.services.kix-declare-demo.serviceConfig.ExecStart == declareUnit.serviceConfig.ExecStart;
+  };
+  declareHostName = eq {
+    default = true;
+    named = true;
+  } {
+    # NixOS's default host name
+    default = has "\"--declared-by=nixos\"" declareUnit.serviceConfig.ExecStart;
+    named = has "\"--declared-by=edge-1\"" (evalWith [
+      {
+        networking.hostName = "edge-1";
+        services.kix-operator = {
+          enable = true;
+          kubeconfigFile = k3sKubeconfig;
+          clusters.demo.build = generation1;
+        };
+      }
+    ]).systemd.services.kix-declare-demo.serviceConfig.ExecStart;
+  };
+  # absent = "prune": an empty build of that Kix cluster, allowed to be empty.
+  declareAbsentPrunes = ok (
+    let
+      start = retiredUnit.serviceConfig.ExecStart;
+    in
+    has "\"--allow-empty\"" start && has "-kix-retired\"" start && !(has "--max-deletions" start)
+  );
+  declareAbsentBuildIsEmpty = eq {
+    cluster = "retired";
+    packages = [ ];
+  } (
+    let
+      tree = builtins.head retiredUnit.restartTriggers;
+    in
+    {
+      inherit (tree) cluster;
+      packages = tree.packageOrder;
+    }
+  );
+  noDeclareUnitsWithoutClusters = eq [ ] (
+    builtins.filter (lib.hasPrefix "kix-declare-") (builtins.attrNames container.systemd.services)
+  );
+  declareAssertions = eq {
+    both = true;
+    neither = true;
+    otherCluster = true;
+    noKubeconfig = true;
+    fine = [ ];
+  } {
+    both = builtins.any (has "set build, or absent") (declareFailures { demo.absent = "prune"; });
+    neither = builtins.any (has "set build, or absent") (declareFailures { demo.build = null; });
+    otherCluster = builtins.any (has "is the build of Kix cluster demo, not web") (
+      declareFailures { extra.clusters.web.build = generation1; }
+    );
+    noKubeconfig = builtins.any (has "clusters.demo needs kubeconfigFile") (
+      failedAssertions (eval {
+        enable = true;
+        clusters.demo.build = generation1;
+      })
+    );
+    fine = failedAssertions declared;
+  };
+  declareBadAbsentRejected = throws (declaring { extra.clusters.retired.absent = "delete"; }).systemd.services;
+  declareBadTimeoutRejected = throws (declaring { demo.waitTimeout = 0; }).systemd.services;
+  declareBuildMustBeAPackage = throws (declaring { demo.build = "demo"; }).systemd.services;
 
   assertionServiceAccountNeedsBootstrap = ok (
     builtins.any (has "useServiceAccount needs") (failedAssertions (eval {

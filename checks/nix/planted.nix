@@ -1,4 +1,5 @@
-# The module in both modes, with every option that adds to a unit, forced as
+# The module in both modes, with every option that adds to a unit (declared
+# Kix clusters too), forced as
 # NixOS would render it. checks/nix/run evaluates this on a copy of the
 # repository: it must succeed for the module as it is and fail for each copy
 # of the module with an error planted (a systemd value systemd rejects, a
@@ -22,4 +23,16 @@ in
 builtins.deepSeq (map (cfg: common.rendered (configure cfg)) [
   { mode = "host"; }
   { rbac.useServiceAccount = false; }
+  # declared Kix clusters: a build and one declared absent
+  {
+    clusters.demo = {
+      build = import ./demo-cluster.nix {
+        kixLib = import ../../nix { };
+        inherit (common) pkgs;
+      };
+      acceptMigrations = [ "migration app" ];
+      maxDeletions = 3;
+    };
+    clusters.retired.absent = "prune";
+  }
 ]) "evaluated"

@@ -16,6 +16,23 @@ let
   script = mode: (test mode).stubArgs.testScript;
   cluster = common.lib.head (node "container").virtualisation.additionalPaths;
   failed = c: builtins.filter (a: !a.assertion) c.assertions;
+  # The node switched to one of its specialisations (a later generation).
+  specialised =
+    mode: name:
+    (common.lib.nixosSystem {
+      inherit system;
+      modules = [
+        (test mode).stubArgs.nodes.machine
+        (node mode).specialisation.${name}.configuration
+      ];
+    }).config;
+  declaredPath =
+    c:
+    let
+      start = c.systemd.services.kix-declare-declared.serviceConfig.ExecStart;
+    in
+    builtins.head (builtins.match ".*\"--path=([^\"]*)\".*" (builtins.unsafeDiscardStringContext start));
+  declaredOf = c: c.services.kix-operator.clusters.declared.build;
   steps = [
     "machine.wait_for_unit(\"k3s.service\")"
     "kix-operator-bootstrap.service"
@@ -27,6 +44,15 @@ let
     "delete configmap demo-extra"
     "status demo --operator"
     "/nix/var/nix/gcroots/kix/demo/"
+    "wait_for_unit(\"kix-declare-declared.service\""
+    "is declared by NixOS host machine"
+    "systemctl restart kix-declare-declared.service"
+    "/run/current-system/specialisation/generation2/bin/switch-to-configuration test"
+    "/run/booted-system/bin/switch-to-configuration test"
+    "{.spec.receipt.rollbackFrom}"
+    "machine.fail("
+    "/run/booted-system/specialisation/generation3/bin/switch-to-configuration test"
+    "needs acceptance"
   ];
 in
 {
@@ -68,5 +94,47 @@ in
     [ ]
   ] (map (m: builtins.filter (s: !(has s (script m))) steps) [ "container" "host" ]);
   vmScriptUsesTheBuild = ok (has cluster.outPath (script "container"));
+  # Three generations of the Kix cluster `declared`: the boot one, a
+  # value changed, a namespace moved; each unit declares its own build.
+  vmGenerationsDeclareTheirBuilds = eq {
+    clusters = [
+      "declared"
+      "declared"
+      "declared"
+    ];
+    greetings = [
+      "generation one"
+      "generation two"
+      "hello"
+    ];
+    namespaces = [
+      "kix-decl"
+      "kix-decl"
+      "kix-decl-3"
+    ];
+    units = true;
+    assertions = [
+      [ ]
+      [ ]
+    ];
+  } (
+    let
+      generations = [
+        (node "container")
+        (specialised "container" "generation2")
+        (specialised "host" "generation3")
+      ];
+    in
+    {
+      clusters = map (c: (declaredOf c).cluster) generations;
+      greetings = map (c: (builtins.head (declaredOf c).packages.app.resources).data.greeting) generations;
+      namespaces = map (c: (declaredOf c).packages.app.namespace) generations;
+      units = builtins.all (c: declaredPath c == (declaredOf c).outPath) generations;
+      assertions = map failed [
+        (specialised "container" "generation2")
+        (specialised "host" "generation3")
+      ];
+    }
+  );
   vmContainerChecksStoreMount = ok (has "container_mode = True" (script "container") && has "container_mode = False" (script "host"));
 }

@@ -11,6 +11,14 @@
 # then edits and deletes them and waits until the operator has restored them
 # (drift corrected), and looks at `kix status`, the Activation, the metrics
 # and the GC root.
+#
+# The node also declares the Kix cluster `declared`
+# (services.kix-operator.clusters): the boot generation's build is deployed
+# by its kix-declare unit, a switch to the specialisation generation2
+# deploys that generation's build, switching back rolls back to the first
+# (rollbackFrom), re-activating the same build writes nothing, and a
+# generation whose plan needs an acceptance the host did not give fails
+# switch-to-configuration with the reason in the unit's log.
 {
   pkgs,
   self,
@@ -27,6 +35,22 @@ let
   kubeconfig = "/etc/rancher/k3s/k3s.yaml";
   serviceAccount = "system:serviceaccount:kix-system:kix-operator";
   operatorUnit = if mode == "container" then "podman-kix-operator.service" else "kix-operator.service";
+  # Generations of the host-declared Kix cluster: 2 changes a value, 3
+  # moves it to another namespace (deleting a Namespace needs acceptance).
+  declared =
+    args:
+    import ./demo-cluster.nix (
+      {
+        kixLib = self.lib;
+        inherit pkgs;
+        name = "declared";
+        namespace = "kix-decl";
+      }
+      // args
+    );
+  generation1 = declared { greeting = "generation one"; };
+  generation2 = declared { greeting = "generation two"; };
+  generation3 = declared { namespace = "kix-decl-3"; };
 in
 pkgs.testers.runNixOSTest {
   name = "kix-operator-${mode}";
@@ -62,6 +86,12 @@ pkgs.testers.runNixOSTest {
         kubeconfigFile = kubeconfig;
         logFormat = "json";
         settings."resync-interval" = "15s";
+        clusters.declared.build = generation1;
+      };
+
+      specialisation = {
+        generation2.configuration.services.kix-operator.clusters.declared.build = lib.mkForce generation2;
+        generation3.configuration.services.kix-operator.clusters.declared.build = lib.mkForce generation3;
       };
 
       environment.systemPackages = [
@@ -156,5 +186,57 @@ pkgs.testers.runNixOSTest {
     with subtest("status and GC root"):
         machine.succeed(f"{kix} status demo --operator")
         machine.succeed(f"readlink -f /nix/var/nix/gcroots/kix/demo/* | grep -qx {cluster}")
+
+    def declared_greeting():
+        return machine.succeed(
+            f"{kubectl} -n kix-decl get configmap demo-settings -o jsonpath='{{.data.greeting}}'"
+        ).strip()
+
+    def declared_records():
+        return machine.succeed(
+            f"{kubectl} get activations -l kix.run/cluster=declared --sort-by=.metadata.creationTimestamp"
+            " -o jsonpath='{range .items[*]}{.metadata.name}={.status.phase} {end}'"
+        ).split()
+
+    with subtest("the boot generation's declared build"):
+        machine.wait_for_unit("kix-declare-declared.service", timeout=600)
+        assert declared_greeting() == "generation one", declared_greeting()
+        assert declared_records() == ["declared-1=Active"], declared_records()
+        host = machine.succeed(
+            f"{kubectl} get activation declared-1"
+            " -o jsonpath='{.metadata.annotations.kix\\.run/declared-by}'"
+        ).strip()
+        assert host == "machine", host
+        machine.succeed(f"{kix} deploy declared --path ${generation1} --operator --yes --dry-run 2>&1"
+                        " | grep -q 'is declared by NixOS host machine'")
+
+    with subtest("the same build again writes nothing"):
+        machine.succeed("systemctl restart kix-declare-declared.service")
+        assert declared_records() == ["declared-1=Active"], declared_records()
+
+    with subtest("switch to generation 2 deploys its build"):
+        machine.succeed(
+            "/run/current-system/specialisation/generation2/bin/switch-to-configuration test"
+        )
+        assert declared_greeting() == "generation two", declared_greeting()
+        assert declared_records() == ["declared-1=Superseded", "declared-2=Active"], declared_records()
+
+    with subtest("switching back to the boot generation rolls back"):
+        machine.succeed("/run/booted-system/bin/switch-to-configuration test")
+        assert declared_greeting() == "generation one", declared_greeting()
+        assert declared_records()[-1] == "declared-3=Active", declared_records()
+        origin = machine.succeed(
+            f"{kubectl} get activation declared-3 -o jsonpath='{{.spec.receipt.rollbackFrom}}'"
+        ).strip()
+        assert origin == "declared-2", origin
+
+    with subtest("a refused generation fails the switch and changes nothing"):
+        machine.fail(
+            "/run/booted-system/specialisation/generation3/bin/switch-to-configuration test"
+        )
+        log = machine.succeed("journalctl -u kix-declare-declared.service --no-pager")
+        assert "needs acceptance" in log and "delete Namespace/kix-decl" in log, log
+        assert declared_records()[-1] == "declared-3=Active", declared_records()
+        assert declared_greeting() == "generation one", declared_greeting()
   '';
 }

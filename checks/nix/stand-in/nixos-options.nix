@@ -68,6 +68,8 @@ let
       after = list unitName;
       environment = opt (types.attrsOf (types.nullOr (types.oneOf [ types.str types.path types.package ]))) { };
       path = list (types.oneOf [ types.package types.str ]);
+      # Anything whose change restarts the unit on a switch (X-Restart-Triggers).
+      restartTriggers = list types.unspecified;
       # An int in NixOS, with no default (null here: units that leave it out).
       startLimitIntervalSec = opt (types.nullOr types.int) null;
       serviceConfig = opt (types.addCheck (types.attrsOf unitOption) checkService) { };
@@ -107,6 +109,7 @@ in
     users.groups = opt (types.attrsOf (types.submodule { })) { };
 
     networking.firewall.allowedTCPPorts = list types.port;
+    networking.hostName = opt (types.strMatching "^$|^[[:alnum:]]([[:alnum:]_-]{0,61}[[:alnum:]])?$") "nixos";
 
     virtualisation.oci-containers = {
       backend = opt (types.enum [ "podman" "docker" ]) "podman";
@@ -120,6 +123,15 @@ in
     nix.package = opt types.package pkgs.nix;
     nixpkgs.hostPlatform = opt (types.either types.str (types.attrsOf types.unspecified)) pkgs.system;
     boot.isContainer = opt types.bool false;
+    # Other configurations of the same system (nixos/modules/system/activation/specialisation.nix).
+    specialisation = opt (types.attrsOf (
+      types.submodule {
+        options = {
+          inheritParentConfig = opt types.bool true;
+          configuration = opt types.deferredModule { };
+        };
+      }
+    )) { };
     environment.systemPackages = list types.package;
 
     services.k3s = {

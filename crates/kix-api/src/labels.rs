@@ -44,6 +44,10 @@ pub const ANNOTATION_DIGEST: &str = "kix.run/digest";
 pub const ANNOTATION_PRUNE: &str = "kix.run/prune";
 /// Value of [`ANNOTATION_PRUNE`] that disables pruning.
 pub const PRUNE_DISABLED: &str = "disabled";
+/// Annotation on an Activation record a NixOS host declared (`kix declare`,
+/// `services.kix-operator.clusters.<name>`): the host's name. `kix deploy`
+/// and `kix rollback` warn that the host re-declares its build.
+pub const ANNOTATION_DECLARED_BY: &str = "kix.run/declared-by";
 /// Finalizer the operator puts on `engine: operator` Activation records; it
 /// deletes the record's objects before the record goes away.
 pub const FINALIZER: &str = "kix.run/resources";

@@ -171,6 +171,7 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
         }
     }
     print_plan(&plan, args.output, false)?;
+    super::declare::warn_if_host_declared(&client, plan.current_activation.as_deref()).await;
     if args.dry_run {
         return Ok(ExitCode::SUCCESS);
     }

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub mod build;
 pub mod completions;
 pub mod crds;
+pub mod declare;
 pub mod deploy;
 pub mod fleet;
 pub mod fleet_deploy;
@@ -81,6 +82,10 @@ pub enum Command {
     Deploy(deploy::DeployArgs),
     /// Re-apply the build of an earlier (Superseded) activation.
     Rollback(rollback::RollbackArgs),
+    /// Declare a NixOS host's build through the operator: nothing when it
+    /// is current, a rollback when an older activation had it, else a
+    /// deploy (the NixOS module's services.kix-operator.clusters).
+    Declare(declare::DeclareArgs),
     /// Retire the activations retention no longer keeps, with their objects
     /// and Nix GC roots.
     Gc(gc::GcArgs),
@@ -109,6 +114,7 @@ pub async fn exec(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(args) => plan::exec(args, &cli.global).await,
         Command::Deploy(args) => deploy::exec(args, &cli.global).await,
         Command::Rollback(args) => rollback::exec(args, &cli.global).await,
+        Command::Declare(args) => declare::exec(args, &cli.global).await,
         Command::Gc(args) => gc::exec(args, &cli.global).await,
         Command::Status(args) => status::exec(args, &cli.global).await,
         Command::History(args) => history::exec(args, &cli.global).await,

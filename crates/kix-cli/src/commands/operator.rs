@@ -74,11 +74,25 @@ pub async fn require_records(client: &Client) -> anyhow::Result<()> {
 pub async fn create_record(
     client: &Client,
     plan: &Plan,
+    spec: ActivationSpec,
+) -> anyhow::Result<Activation> {
+    create_annotated_record(client, plan, spec, Default::default()).await
+}
+
+/// [`create_record`] with annotations on the record (`kix declare`: the
+/// host that declared it).
+pub async fn create_annotated_record(
+    client: &Client,
+    plan: &Plan,
     mut spec: ActivationSpec,
+    annotations: std::collections::BTreeMap<String, String>,
 ) -> anyhow::Result<Activation> {
     spec.engine = Engine::Operator;
     let sequence = Activation::sequence_in(&plan.activation, &plan.cluster).unwrap_or(1);
-    let record = Activation::new_record(sequence, spec);
+    let mut record = Activation::new_record(sequence, spec);
+    if !annotations.is_empty() {
+        record.metadata.annotations = Some(annotations);
+    }
     let api: Api<Activation> = Api::all(client.clone());
     // An Activation CRD older than this kix drops the receipt fields it does
     // not know (a saved plan, the accepted deletions): the operator would
@@ -151,6 +165,15 @@ pub fn plan_options() -> PlanOptions {
 /// waits, what failed). Active or Degraded are returned, Degraded after its
 /// reasons are printed; Failed, Superseded and the 600 s timeout are errors.
 pub async fn wait_for_operator(client: &Client, name: &str) -> anyhow::Result<Phase> {
+    wait_for_operator_within(client, name, WAIT_FOR).await
+}
+
+/// [`wait_for_operator`], giving up after `limit` instead of 600 s.
+pub async fn wait_for_operator_within(
+    client: &Client,
+    name: &str,
+    limit: Duration,
+) -> anyhow::Result<Phase> {
     let api: Api<Activation> = Api::all(client.clone());
     let started = Instant::now();
     let mut last = String::new();
@@ -182,10 +205,10 @@ pub async fn wait_for_operator(client: &Client, name: &str) -> anyhow::Result<Ph
             Phase::Superseded => bail!("{name}: a newer activation took over"),
             Phase::Pending | Phase::Applying => {}
         }
-        if started.elapsed() >= WAIT_FOR {
+        if started.elapsed() >= limit {
             bail!(
                 "timed out after {}s waiting for the operator to finish {name} (it is {phase}{}); the operator keeps working on it",
-                WAIT_FOR.as_secs(),
+                limit.as_secs(),
                 status.message.map(|m| format!(": {m}")).unwrap_or_default()
             );
         }

@@ -1,0 +1,344 @@
+//! `kix declare <CLUSTER> --path <STORE PATH>`: a NixOS host declares the
+//! build its generation names (services.kix-operator.clusters.<name>; the
+//! module's oneshot unit runs this on each activation of a generation).
+//!
+//! The same store path as the current record writes nothing (the unit waits
+//! for that record); the build of an older activation is declared as a
+//! rollback to it (`rollbackFrom`, as `kix rollback --operator`); any other
+//! build as a deploy (as `kix deploy --operator`). Either way through the
+//! operator's sealed plan and the deletion budget, never asking: what the
+//! plan needs accepted must be named by `--accept`, or nothing is written.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use kix_api::labels::ANNOTATION_DECLARED_BY;
+use kix_api::{Activation, Phase};
+use kix_engine::budget::DeletionConsent;
+use kix_engine::deploy::{DeployOptions, ReceiptInfo};
+use kix_manifest::StorePath;
+use kube::ResourceExt;
+
+use super::GlobalArgs;
+use super::operator;
+
+#[derive(Debug, Args)]
+pub struct DeclareArgs {
+    /// The Kix cluster.
+    pub cluster: String,
+    /// The build the host declares: a store path (realised from the
+    /// substituters when it is not valid here).
+    #[arg(long, value_name = "STORE PATH")]
+    pub path: String,
+    /// Accept what the plan needs accepted (a migration, replace, adoption
+    /// or destructive deletion) when its line in the plan starts with TEXT,
+    /// by whole words (`migration web`, `adopt ConfigMap apps/legacy`).
+    /// Repeatable; anything else needing acceptance refuses the declaration.
+    #[arg(long, value_name = "TEXT")]
+    pub accept: Vec<String>,
+    /// Allow up to N deletions when the plan exceeds the Kix cluster's
+    /// deletion budget.
+    #[arg(long, value_name = "N")]
+    pub max_deletions: Option<u32>,
+    /// Allow a build with no objects to prune everything the Kix cluster
+    /// owns (the module's `absent = "prune"`), within the deletion budget.
+    #[arg(long)]
+    pub allow_empty: bool,
+    /// How long to wait for the operator to make the record Active or
+    /// Degraded (e.g. 90s, 5m).
+    #[arg(long, value_parser = super::deploy::parse_duration, default_value = "10m")]
+    pub wait: Duration,
+    /// The host the record names as its declarer [default: this host's name].
+    #[arg(long, value_name = "HOST")]
+    pub declared_by: Option<String>,
+}
+
+/// What the host's declaration does, given the Kix cluster's records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Declaration {
+    /// The current record already names the build: nothing is written; the
+    /// outcome is that record's.
+    Current { record: String },
+    /// The build of an older activation: a rollback to it from the applied
+    /// record (if any).
+    Rollback {
+        target: String,
+        from: Option<String>,
+    },
+    /// A build the Kix cluster has not had: a deploy.
+    Deploy,
+}
+
+/// The rule, on the records alone: same path as the current record →
+/// nothing; path of an older (Superseded) activation → a rollback to the
+/// newest such record; else a deploy.
+pub fn decide(records: &[Activation], cluster: &str, path: &str) -> Declaration {
+    if let Some(current) = kix_engine::records::current(records, cluster)
+        && current.spec.source.path == path
+    {
+        return Declaration::Current {
+            record: current.name_any(),
+        };
+    }
+    let older = kix_engine::records::of_cluster(records, cluster)
+        .into_iter()
+        .rev()
+        .find(|r| r.phase() == Some(Phase::Superseded) && r.spec.source.path == path);
+    match older {
+        Some(target) => Declaration::Rollback {
+            target: target.name_any(),
+            from: kix_engine::records::applied(records, cluster).map(ResourceExt::name_any),
+        },
+        None => Declaration::Deploy,
+    }
+}
+
+/// The lines of `needed` (the plan's `needs_acceptance`) that no `accepted`
+/// entry names: an entry names a line that starts with it, word for word.
+pub fn unaccepted<'a>(needed: &'a [String], accepted: &[String]) -> Vec<&'a str> {
+    needed
+        .iter()
+        .map(String::as_str)
+        .filter(|line| !accepted.iter().any(|entry| names(entry, line)))
+        .collect()
+}
+
+fn names(entry: &str, line: &str) -> bool {
+    let entry: Vec<&str> = entry.split_whitespace().collect();
+    !entry.is_empty() && line.split_whitespace().take(entry.len()).eq(entry)
+}
+
+/// The host that declared `record`, if a host did.
+pub fn declared_by(record: &Activation) -> Option<&str> {
+    record
+        .annotations()
+        .get(ANNOTATION_DECLARED_BY)
+        .map(String::as_str)
+}
+
+/// For `kix deploy` and `kix rollback`: a warning when the record that is
+/// current was declared by a NixOS host, whose next activation re-declares
+/// its build over this one.
+pub fn host_declared_warning(current: &Activation) -> Option<String> {
+    declared_by(current).map(|host| {
+        format!(
+            "warning: Kix cluster {:?} is declared by NixOS host {host} ({} names {}): this change stays until the host's next activation of a generation (switch, boot, or a restart of its kix-declare unit) declares the host's build again; change services.kix-operator.clusters.{} on {host} to make it last",
+            current.cluster_name(),
+            current.name_any(),
+            current.spec.source.path,
+            current.cluster_name(),
+        )
+    })
+}
+
+/// Prints [`host_declared_warning`] for the record named `current`, if any
+/// (a failed read is no reason to stop a deploy: it is only a warning).
+pub async fn warn_if_host_declared(client: &kube::Client, current: Option<&str>) {
+    let Some(name) = current else { return };
+    let api: kube::Api<Activation> = kube::Api::all(client.clone());
+    if let Ok(Some(record)) = api.get_opt(name).await
+        && let Some(warning) = host_declared_warning(&record)
+    {
+        eprintln!("{warning}");
+    }
+}
+
+pub async fn exec(args: DeclareArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
+    let store_path = StorePath::parse(&args.path)
+        .with_context(|| format!("--path {:?}: nothing was changed", args.path))?;
+    let cluster = args.cluster.clone();
+    let (store_path, build) = tokio::task::spawn_blocking(move || {
+        kix_nix::ensure_valid(&store_path)?;
+        anyhow::Ok(kix_nix::read_build_of(store_path, &cluster)?)
+    })
+    .await
+    .context("reading the build failed")?
+    .with_context(|| format!("the declared build {}: nothing was changed", args.path))?;
+    let client = crate::kube_client::client(global, build.settings.context.as_deref()).await?;
+    operator::require_records(&client).await?;
+    let records = kix_engine::records::list_all_required(&client).await?;
+    let declaration = decide(&records, &args.cluster, store_path.as_str());
+    let from = match &declaration {
+        Declaration::Current { record } => {
+            eprintln!(
+                "{record} already declares {store_path}: nothing to write; waiting for the operator"
+            );
+            return settle(&client, record, args.wait).await;
+        }
+        Declaration::Rollback { target, from } => {
+            println!(
+                "Rolling back Kix cluster {} to the build of {target}",
+                args.cluster
+            );
+            from.clone()
+        }
+        Declaration::Deploy => None,
+    };
+    let plan_options = operator::plan_options();
+    let plan = kix_engine::plan::plan(&client, &build, store_path.as_str(), &plan_options).await?;
+    let style = crate::render::Style::detect();
+    crate::output::print_stdout(&crate::render::plan_text(&plan, style, false))?;
+    let needed = plan.needs_acceptance();
+    let refused = unaccepted(&needed, &args.accept);
+    if !refused.is_empty() {
+        bail!(
+            "the plan needs acceptance the host did not give: {}; nothing was changed (name each in services.kix-operator.clusters.{}.acceptMigrations, or `kix declare --accept`)",
+            refused.join("; "),
+            args.cluster
+        );
+    }
+    let host = args
+        .declared_by
+        .clone()
+        .unwrap_or_else(|| ReceiptInfo::local().host);
+    let options = DeployOptions {
+        engine: kix_api::Engine::Operator,
+        force_conflicts: plan_options.force_conflicts,
+        yield_to_kix_clusters: plan_options.yield_to_kix_clusters,
+        prune: plan_options.prune,
+        accept_migrations: !needed.is_empty(),
+        deletions: args
+            .max_deletions
+            .map_or(DeletionConsent::Budget, DeletionConsent::UpTo),
+        allow_empty: args.allow_empty,
+        receipt: ReceiptInfo {
+            host: host.clone(),
+            rollback_from: from,
+            ..ReceiptInfo::local()
+        },
+        ..DeployOptions::default()
+    };
+    kix_engine::deploy::check_plan(&plan, &build, &options)
+        .context("the declared build is refused: nothing was changed")?;
+    let annotations = BTreeMap::from([(ANNOTATION_DECLARED_BY.to_string(), host)]);
+    let spec = kix_engine::deploy::activation_spec(&plan, &options);
+    let record = operator::create_annotated_record(&client, &plan, spec, annotations).await?;
+    let name = record.name_any();
+    kix_engine::drop_later(build);
+    eprintln!("recorded {name}; waiting for the operator");
+    settle(&client, &name, args.wait).await
+}
+
+/// Waits for the operator to settle `name`: Active exits 0; Degraded exits 1
+/// (as `kix deploy --operator`); Failed, Superseded or the wait running out
+/// are errors.
+async fn settle(client: &kube::Client, name: &str, wait: Duration) -> anyhow::Result<ExitCode> {
+    let phase = operator::wait_for_operator_within(client, name, wait).await?;
+    println!("{name}: {phase}");
+    Ok(if phase == Phase::Active {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(cluster: &str, n: u64, path: &str, phase: Phase) -> Activation {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kix.run/v1alpha1",
+            "kind": "Activation",
+            "metadata": {"name": format!("{cluster}-{n}"), "labels": {"kix.run/cluster": cluster}},
+            "spec": {
+                "cluster": cluster,
+                "source": {"path": path},
+                "receipt": {"user": "u", "host": "h", "kixVersion": "0", "time": "2026-01-01T00:00:00Z",
+                            "planDigest": "d", "counts": {}, "accepted": {}},
+                "engine": "operator",
+            },
+            "status": {"phase": phase},
+        }))
+        .expect("a record")
+    }
+
+    #[test]
+    fn the_same_path_as_the_current_record_writes_nothing() {
+        let records = [
+            record("c", 1, "/nix/store/a", Phase::Superseded),
+            record("c", 2, "/nix/store/b", Phase::Active),
+        ];
+        assert_eq!(
+            decide(&records, "c", "/nix/store/b"),
+            Declaration::Current {
+                record: "c-2".into()
+            }
+        );
+        // Still applying: the host waits for it rather than writing again.
+        let records = [
+            record("c", 1, "/nix/store/a", Phase::Active),
+            record("c", 2, "/nix/store/b", Phase::Applying),
+        ];
+        assert_eq!(
+            decide(&records, "c", "/nix/store/b"),
+            Declaration::Current {
+                record: "c-2".into()
+            }
+        );
+    }
+
+    #[test]
+    fn the_path_of_an_older_activation_is_a_rollback_from_the_applied_one() {
+        let records = [
+            record("c", 1, "/nix/store/a", Phase::Superseded),
+            record("c", 2, "/nix/store/b", Phase::Superseded),
+            record("c", 3, "/nix/store/a", Phase::Superseded),
+            record("c", 4, "/nix/store/c", Phase::Active),
+            record("other", 1, "/nix/store/d", Phase::Superseded),
+        ];
+        assert_eq!(
+            decide(&records, "c", "/nix/store/a"),
+            Declaration::Rollback {
+                target: "c-3".into(),
+                from: Some("c-4".into())
+            }
+        );
+        // Another Kix cluster's history is not this one's.
+        assert_eq!(decide(&records, "c", "/nix/store/d"), Declaration::Deploy);
+    }
+
+    #[test]
+    fn a_new_path_or_a_failed_one_is_a_deploy() {
+        let records = [
+            record("c", 1, "/nix/store/a", Phase::Active),
+            record("c", 2, "/nix/store/b", Phase::Failed),
+        ];
+        // A Failed record never took effect: declaring its path again plans
+        // and records anew instead of pointing at the failure.
+        assert_eq!(decide(&records, "c", "/nix/store/b"), Declaration::Deploy);
+        assert_eq!(decide(&records, "c", "/nix/store/n"), Declaration::Deploy);
+        assert_eq!(decide(&[], "c", "/nix/store/n"), Declaration::Deploy);
+    }
+
+    #[test]
+    fn acceptance_is_given_line_by_line_by_whole_words() {
+        let needed = vec![
+            "migration web 1.0.0 -> 2.0.0: recreate Deployment web/api".to_string(),
+            "adopt ConfigMap apps/legacy".to_string(),
+            "delete Namespace/old (destructive)".to_string(),
+        ];
+        let accepted = vec![
+            "migration web".to_string(),
+            "adopt ConfigMap apps/leg".to_string(),
+        ];
+        assert_eq!(
+            unaccepted(&needed, &accepted),
+            vec![
+                "adopt ConfigMap apps/legacy",
+                "delete Namespace/old (destructive)"
+            ]
+        );
+        let all = vec![
+            "migration web".to_string(),
+            "adopt ConfigMap apps/legacy".to_string(),
+            "delete Namespace/old".to_string(),
+        ];
+        assert!(unaccepted(&needed, &all).is_empty());
+        // An empty entry accepts nothing.
+        assert_eq!(unaccepted(&needed, &[" ".to_string()]).len(), 3);
+    }
+}
