@@ -153,7 +153,10 @@ fn newest_rollout(fleet: &str, read: &[(MemberName, MemberRecords)]) -> Option<R
         .map(|(_, rollout)| rollout)
 }
 
-/// The member's record of the rollout and the record to go back to.
+/// The member's record of the rollout and the record to go back to: the
+/// newest applied record before it with another build. A member whose
+/// deploy of the rollout failed goes back too (its objects may be half
+/// applied); one that was deployed again since is left as it is.
 fn find_target(records: &[Activation], fleet: &str, rollout: &RolloutId) -> Found {
     let took = records.iter().rposition(|r| {
         rollout_of(r)
@@ -163,25 +166,23 @@ fn find_target(records: &[Activation], fleet: &str, rollout: &RolloutId) -> Foun
         return Found::Skip("did not take the rollout".into());
     };
     let record = &records[took];
-    let applied = records
-        .iter()
-        .rev()
-        .find(|r| matches!(r.phase(), Some(Phase::Active | Phase::Degraded)));
-    match applied {
-        Some(current) if current.name_any() != record.name_any() => {
-            return Found::Skip(format!(
-                "moved on since the rollout: its current activation is {}",
-                current.name_any()
-            ));
-        }
-        None => return Found::Skip(format!("{} was never applied", record.name_any())),
-        Some(_) => {}
+    let was_applied = |r: &Activation| {
+        matches!(
+            r.phase(),
+            Some(Phase::Active | Phase::Degraded | Phase::Superseded)
+        )
+    };
+    if let Some(later) = records[took + 1..].iter().rev().find(|r| was_applied(r)) {
+        return Found::Skip(format!(
+            "deployed again since the rollout: its current activation is {}",
+            later.name_any()
+        ));
     }
     let path = &record.spec.source.path;
     match records[..took]
         .iter()
         .rev()
-        .filter(|r| r.phase() == Some(Phase::Superseded))
+        .filter(|r| was_applied(r))
         .find(|r| &r.spec.source.path != path)
     {
         Some(to) => Found::Target {
@@ -189,7 +190,7 @@ fn find_target(records: &[Activation], fleet: &str, rollout: &RolloutId) -> Foun
             to: Box::new(to.clone()),
         },
         None => Found::Refuse(format!(
-            "{} took the rollout but has no Superseded activation with another build to go back to",
+            "{} took the rollout but has no earlier activation with another build to go back to",
             record.name_any()
         )),
     }
