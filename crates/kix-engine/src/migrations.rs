@@ -885,6 +885,7 @@ mod tests {
             format: 1,
             settings: Default::default(),
             health: Vec::new(),
+            dropped: Vec::new(),
             packages: vec![package("2.0.0", vec![migration("1.0.0", "2.0.0")])],
             secrets: Vec::new(),
             plaintext_secrets_allowed: Default::default(),

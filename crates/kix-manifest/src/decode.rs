@@ -25,10 +25,13 @@
 //! Whatever kubectl would read to values other than the text says is
 //! refused with the line and what to write instead.
 
+use std::collections::BTreeSet;
+
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::fast_yaml;
+use crate::published::drop_server_set;
 use crate::scalar::kubectl_number;
 use crate::value::CompactValue;
 use crate::yaml::{YamlDocument, parse_chunk};
@@ -112,7 +115,10 @@ pub fn file_objects(bytes: &[u8]) -> Result<Vec<Value>, String> {
             }
             at
         };
-        let objects = objects(value).map_err(|(item, reason)| format!("{}: {reason}", at(item)))?;
+        // What only the API server sets is dropped (the tree reader warns).
+        let mut dropped = std::collections::BTreeSet::new();
+        let objects = objects(value, &mut dropped)
+            .map_err(|(item, reason)| format!("{}: {reason}", at(item)))?;
         for (item, manifest) in objects {
             crate::object::ObjectKey::from_manifest(&manifest)
                 .map_err(|e| format!("{}: {e}", at(item)))?;
@@ -409,14 +415,20 @@ pub(crate) type Item = Option<usize>;
 
 /// What kubectl makes of a document: its objects, the index of each in the
 /// List's `items` (`None` for a document that is an object), or why it is
-/// refused and where (the item index, or `None` for the document).
-pub(crate) fn objects(value: Value) -> Result<Vec<(Item, Value)>, (Item, String)> {
+/// refused and where (the item index, or `None` for the document). The
+/// fields only the API server sets are dropped from each object, their
+/// names added to `dropped` ([`crate::published`]).
+pub(crate) fn objects(
+    value: Value,
+    dropped: &mut BTreeSet<&'static str>,
+) -> Result<Vec<(Item, Value)>, (Item, String)> {
     let Value::Object(mut map) = value else {
         return Ok(vec![(None, value)]);
     };
     check_metadata(&map).map_err(|e| (None, e))?;
     drop_empty_namespace(&mut map);
     let Some(items) = map.remove("items") else {
+        drop_server_set(&mut map, dropped);
         return Ok(vec![(None, Value::Object(map))]);
     };
     let list_kind = match map.get("kind") {
@@ -481,6 +493,7 @@ pub(crate) fn objects(value: Value) -> Result<Vec<(Item, Value)>, (Item, String)
             );
         }
         drop_empty_namespace(&mut item);
+        drop_server_set(&mut item, dropped);
         out.push((Some(i), Value::Object(item)));
     }
     Ok(out)
@@ -498,8 +511,10 @@ fn drop_empty_namespace(object: &mut Map<String, Value>) {
 
 /// The typed decoding of `metadata` (and `apiVersion`, `kind`) that
 /// kubectl does before it takes a document: fields of the wrong type are
-/// errors there. The fields the API server sets are refused here unless
-/// null (kubectl would check their format).
+/// errors there. Of the fields the API server sets, those kix drops
+/// ([`crate::published`]) must have their type (kix is stricter where
+/// kubectl's format is hard to follow); the deletion fields are refused
+/// unless null.
 fn check_metadata(map: &Map<String, Value>) -> Result<(), String> {
     for field in ["apiVersion", "kind"] {
         if let Some(v) = map.get(field)
@@ -551,11 +566,19 @@ fn check_metadata(map: &Map<String, Value>) -> Result<(), String> {
                 _ => return wrong(field, "a list of strings", v),
             },
             "ownerReferences" => check_owner_references(v)?,
-            "generation"
-            | "creationTimestamp"
-            | "deletionTimestamp"
-            | "deletionGracePeriodSeconds"
-            | "managedFields" => {
+            "generation" if !v.is_i64() => {
+                return wrong(field, "an integer", v);
+            }
+            "creationTimestamp" if !v.as_str().is_some_and(is_rfc3339) => {
+                return Err(format!(
+                    "metadata.creationTimestamp must be a time such as \"2025-01-02T03:04:05Z\", \
+                     found {v} (kubectl refuses it)"
+                ));
+            }
+            "managedFields" if !is_managed_fields(v) => {
+                return wrong(field, "a list of managed fields entries", v);
+            }
+            "deletionTimestamp" | "deletionGracePeriodSeconds" => {
                 return Err(format!(
                     "metadata.{field} is set by the API server: remove it from the manifest"
                 ));
@@ -564,6 +587,68 @@ fn check_metadata(map: &Map<String, Value>) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `2025-01-02T03:04:05Z`, with optional fractional seconds and a `Z` or
+/// `±hh:mm` offset: RFC 3339 as Go's `time.RFC3339` parses it.
+fn is_rfc3339(text: &str) -> bool {
+    let b = text.as_bytes();
+    let digits = |range: std::ops::Range<usize>| {
+        b.get(range)
+            .is_some_and(|d| d.iter().all(u8::is_ascii_digit))
+    };
+    if b.len() < 20
+        || !(digits(0..4)
+            && digits(5..7)
+            && digits(8..10)
+            && digits(11..13)
+            && digits(14..16)
+            && digits(17..19))
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return false;
+    }
+    let mut rest = &text[19..];
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let n = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if n == 0 {
+            return false;
+        }
+        rest = &fraction[n..];
+    }
+    match rest.as_bytes() {
+        [b'Z'] => true,
+        [sign, h1, h2, b':', m1, m2] => {
+            (*sign == b'+' || *sign == b'-') && [h1, h2, m1, m2].iter().all(|d| d.is_ascii_digit())
+        }
+        _ => false,
+    }
+}
+
+/// A list of `ManagedFieldsEntry` mappings whose known fields have their
+/// types (strings; `time` a time; `fieldsV1` a mapping).
+fn is_managed_fields(v: &Value) -> bool {
+    let Value::Array(entries) = v else {
+        return false;
+    };
+    entries.iter().all(|entry| {
+        let Value::Object(entry) = entry else {
+            return entry.is_null();
+        };
+        entry.iter().all(|(key, value)| match key.as_str() {
+            _ if value.is_null() => true,
+            "manager" | "operation" | "apiVersion" | "fieldsType" | "subresource" => {
+                value.is_string()
+            }
+            "time" => value.as_str().is_some_and(is_rfc3339),
+            "fieldsV1" => value.is_object(),
+            _ => true,
+        })
+    })
 }
 
 fn check_owner_references(v: &Value) -> Result<(), String> {

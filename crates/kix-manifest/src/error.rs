@@ -179,7 +179,7 @@ pub enum TreeError {
     /// A health rule that does not compile, or two for one kind (the
     /// message names the file, the rule and the expression).
     #[error("{0}")]
-    HealthRule(kix_health::RuleError),
+    HealthRule(Box<kix_health::RuleError>),
     /// A `handoff` rule kix cannot use, or one that covers no object of the
     /// package (a misspelt kind or name).
     #[error("packages/{package}/package.json: handoff[{index}] ({rule}): {reason}")]

@@ -20,6 +20,7 @@ mod kinds;
 mod migration;
 pub mod node;
 mod object;
+pub mod published;
 mod range;
 mod scalar;
 mod store_path;
@@ -37,6 +38,7 @@ pub use migration::{ActionKind, Migration, MigrationAction, ObjectRef};
 pub use object::{
     KeyMap, KeySet, Object, ObjectKey, ObjectKeyError, canonical_digest, canonical_json, group_of,
 };
+pub use published::DroppedFields;
 pub use range::{Bound, VersionRange};
 pub use store_path::{
     HASH_LEN, MAX_NAME_LEN, NIXBASE32_ALPHABET, STORE_DIR, StorePath, StorePathError,

@@ -66,6 +66,7 @@ use crate::handoff::Handoff;
 use crate::kinds::{is_well_known_cluster_scoped, kind_rank};
 use crate::migration::{ActionKind, Migration};
 use crate::object::{KeyMap, Object, ObjectKey, ObjectKeyError, group_of};
+use crate::published::DroppedFields;
 use crate::range::VersionRange;
 use crate::store_path::STORE_DIR;
 use crate::value::json_text_at_most;
@@ -115,6 +116,10 @@ pub struct Build {
     /// checked by [`read_tree`]; [`Build::health_rules`] compiles them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub health: Vec<kix_health::UserRule>,
+    /// What was dropped from the objects because only the API server sets
+    /// it, one entry per file, in file order ([`crate::published`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<DroppedFields>,
     /// In dependency order: every package after the packages it depends on,
     /// ties broken by name.
     pub packages: Vec<Package>,
@@ -546,7 +551,11 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
     let threads = std::thread::available_parallelism()
         .map_or(1, NonZeroUsize::get)
         .min(MAX_THREADS);
+    let mut dropped: BTreeMap<PathBuf, BTreeSet<&'static str>> = BTreeMap::new();
     reader.parse_in_order(&jobs, threads, |job, file| {
+        if !file.dropped.is_empty() {
+            dropped.insert(job.file.to_path_buf(), file.dropped);
+        }
         for (document, object) in file.objects {
             objects.add(&object, document, options.max_objects)?;
             package_objects[job.package_index].push(object);
@@ -601,10 +610,18 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
     for name in &order {
         health.extend(package_health.remove(name).unwrap_or_default());
     }
-    kix_health::Rules::with_user(health.iter().cloned()).map_err(TreeError::HealthRule)?;
+    kix_health::Rules::with_user(health.iter().cloned())
+        .map_err(|e| TreeError::HealthRule(Box::new(e)))?;
     let packages = order
         .iter()
         .filter_map(|name| packages.remove(name))
+        .collect();
+
+    let mut packages: Vec<Package> = packages;
+    crate::published::drop_custom_status(&mut packages, &mut dropped);
+    let dropped = dropped
+        .into_iter()
+        .map(|(file, fields)| DroppedFields { file, fields })
         .collect();
 
     Ok(Build {
@@ -613,6 +630,7 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
         format: FORMAT,
         settings: kix.settings,
         health,
+        dropped,
         packages,
         secrets,
         plaintext_secrets_allowed,
@@ -703,6 +721,8 @@ struct FileObjects {
     objects: Vec<(usize, Object)>,
     /// The error that stopped the file, after those objects.
     error: Option<TreeError>,
+    /// What only the API server sets, dropped from its objects.
+    dropped: BTreeSet<&'static str>,
 }
 
 /// Most parsing threads: each adds an allocator arena, that is memory.
@@ -921,12 +941,22 @@ impl Reader<'_> {
     /// across files are the caller's.
     fn read_resource_file(&self, job: &Job) -> FileObjects {
         let mut objects = Vec::new();
-        let error = self.make_objects(job, &mut objects).err();
-        FileObjects { objects, error }
+        let mut dropped = BTreeSet::new();
+        let error = self.make_objects(job, &mut objects, &mut dropped).err();
+        FileObjects {
+            objects,
+            error,
+            dropped,
+        }
     }
 
     /// Parses a resource file, adding its objects to `out` until an error.
-    fn make_objects(&self, job: &Job, out: &mut Vec<(usize, Object)>) -> Result<(), TreeError> {
+    fn make_objects(
+        &self,
+        job: &Job,
+        out: &mut Vec<(usize, Object)>,
+        dropped: &mut BTreeSet<&'static str>,
+    ) -> Result<(), TreeError> {
         let &Job {
             file,
             package,
@@ -963,7 +993,7 @@ impl Reader<'_> {
                 items: item.into_iter().collect(),
                 error: Box::new(error),
             };
-            let objects = decode::objects(document.value)
+            let objects = decode::objects(document.value, dropped)
                 .map_err(|(item, reason)| invalid(item, ObjectKeyError::Refused { reason }))?;
             for (item, manifest) in objects {
                 let object = self

@@ -32,8 +32,12 @@ const MAC_ONLY_ENCRYPTED_INIT: [u8; 32] = [
 /// The file's data key.
 pub(crate) struct DataKey(Zeroizing<[u8; 32]>);
 
-/// The data key, from the first age stanza one of `identities` opens.
-pub(crate) fn data_key(metadata: &Metadata, identities: &Identities) -> Result<DataKey, Reason> {
+/// The data key, from the first age stanza one of `identities` opens, and
+/// the identity that opened it.
+pub(crate) fn data_key<'i>(
+    metadata: &Metadata,
+    identities: &'i Identities,
+) -> Result<(DataKey, &'i age::x25519::Identity), Reason> {
     if metadata.age.is_empty() {
         return Err(Reason::NoAgeRecipients);
     }
@@ -43,16 +47,19 @@ pub(crate) fn data_key(metadata: &Metadata, identities: &Identities) -> Result<D
     let ours = identities.recipients();
     let mut failure = None;
     for stanza in &metadata.age {
-        match open_stanza(&stanza.enc, identities) {
-            Ok(key) => return Ok(key),
-            Err(why) => {
+        for identity in identities.keys() {
+            match open_stanza(&stanza.enc, identity) {
+                Ok(key) => return Ok((key, identity)),
                 // A stanza for one of our keys that does not open was changed.
-                if ours.contains(&stanza.recipient) && failure.is_none() {
-                    failure = Some(Reason::DataKey {
-                        recipient: stanza.recipient.clone(),
-                        why,
-                    });
+                Err(why) if ours.contains(&stanza.recipient) && failure.is_none() => {
+                    if identity.to_public().to_string() == stanza.recipient {
+                        failure = Some(Reason::DataKey {
+                            recipient: stanza.recipient.clone(),
+                            why,
+                        });
+                    }
                 }
+                Err(_) => {}
             }
         }
     }
@@ -62,12 +69,12 @@ pub(crate) fn data_key(metadata: &Metadata, identities: &Identities) -> Result<D
     }))
 }
 
-fn open_stanza(enc: &str, identities: &Identities) -> Result<DataKey, String> {
+fn open_stanza(enc: &str, identity: &age::x25519::Identity) -> Result<DataKey, String> {
     let reader = age::armor::ArmoredReader::new(enc.as_bytes());
     let decryptor = age::Decryptor::new(reader).map_err(|e| e.to_string())?;
     let mut plain = Zeroizing::new(Vec::new());
     decryptor
-        .decrypt(identities.as_age())
+        .decrypt(std::iter::once(identity as &dyn age::Identity))
         .map_err(|e| e.to_string())?
         .take(64)
         .read_to_end(&mut plain)

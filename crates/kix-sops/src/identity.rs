@@ -112,8 +112,8 @@ impl Identities {
             .collect()
     }
 
-    pub(crate) fn as_age(&self) -> impl Iterator<Item = &dyn age::Identity> {
-        self.keys.iter().map(|k| k as &dyn age::Identity)
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &x25519::Identity> {
+        self.keys.iter()
     }
 }
 

@@ -12,6 +12,7 @@
 //! Pure: no tokio, no kube.
 
 mod decrypt;
+mod digest;
 mod error;
 mod identity;
 mod json;
@@ -21,6 +22,7 @@ mod yaml;
 
 use std::path::Path;
 
+pub use digest::DigestKey;
 pub use error::{IdentityError, Reason, SopsError};
 pub use identity::{Identities, Layout, SOPS_AGE_KEY, SOPS_AGE_KEY_FILE};
 pub use metadata::AgeStanza;
@@ -42,10 +44,13 @@ impl Format {
     }
 }
 
-/// The documents of a decrypted file, as JSON values in file order. Debug
-/// shows how many there are, never a value.
+/// The documents of a decrypted file, as JSON values in file order, and
+/// the key for digests of them. Debug shows how many there are, never a
+/// value.
 pub struct Decrypted {
     pub documents: Vec<serde_json::Value>,
+    /// Derived from the identity that opened the file ([`DigestKey`]).
+    pub digest_key: DigestKey,
 }
 
 impl std::fmt::Debug for Decrypted {
@@ -113,7 +118,7 @@ pub fn decrypt(
     identities: &Identities,
 ) -> Result<Decrypted, SopsError> {
     let (mut documents, metadata) = read(file, bytes, format)?;
-    let key = decrypt::data_key(&metadata, identities).map_err(|r| r.at(file))?;
+    let (key, identity) = decrypt::data_key(&metadata, identities).map_err(|r| r.at(file))?;
     let computed =
         decrypt::decrypt_documents(&mut documents, &metadata, &key).map_err(|r| r.at(file))?;
     let stored = decrypt::file_mac(&metadata, &key).map_err(|r| r.at(file))?;
@@ -126,5 +131,8 @@ pub fn decrypt(
         .map(|d| d.into_json(&mut path))
         .collect::<Result<_, _>>()
         .map_err(|r| r.at(file))?;
-    Ok(Decrypted { documents })
+    Ok(Decrypted {
+        documents,
+        digest_key: DigestKey::of_identity(identity),
+    })
 }

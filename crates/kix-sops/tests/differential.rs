@@ -239,3 +239,32 @@ fn every_recipient_decrypts_and_a_sops_age_key_variable_reads_as_sops_reads_it()
     let out = decrypt("x.json", &encrypted, Format::Json, &ids).expect("decrypts");
     assert_eq!(out.documents[0]["stringData"]["a"], json!("b"));
 }
+
+#[test]
+fn the_digest_key_follows_the_identity_not_the_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let alice = Key::generate(dir.path(), "alice");
+    let bob = Key::generate(dir.path(), "bob");
+    let plain =
+        br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"},"stringData":{"a":"b"}}"#;
+    let first = encrypt(dir.path(), "x.json", plain, &[&alice], Mode::Flags(&[]));
+    // Encrypted again, to more recipients: another data key.
+    let again = encrypt(
+        dir.path(),
+        "x.json",
+        plain,
+        &[&bob, &alice],
+        Mode::Flags(&[]),
+    );
+    let key = |bytes: &[u8], who: &Key| {
+        decrypt("x.json", bytes, Format::Json, &who.identities())
+            .expect("decrypts")
+            .digest_key
+    };
+    assert_eq!(key(&first, &alice), key(&again, &alice));
+    assert_ne!(key(&again, &alice), key(&again, &bob));
+    let digest = key(&first, &alice).digest_hex(b"b");
+    assert_eq!(digest.len(), 64);
+    assert_ne!(digest, key(&again, &bob).digest_hex(b"b"));
+    assert!(!format!("{:?}", key(&first, &alice)).contains(&digest[..8]));
+}
