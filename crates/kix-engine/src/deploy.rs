@@ -554,6 +554,10 @@ async fn run(
         options,
         name,
         deadline: started + options.timeout,
+        // The reader compiled them already; this cannot fail for a read tree.
+        rules: build
+            .health_rules()
+            .map_err(|e| kix_manifest::TreeError::HealthRule(Box::new(e)))?,
     };
     let mut state = RunState::default();
     let waves = apply_waves(&run, lease, &mut status, &mut packages, &mut state).await?;
@@ -575,6 +579,8 @@ struct Run<'a> {
     name: String,
     /// When waiting for health (and for migrations' deletions) ends.
     deadline: Instant,
+    /// The build's health rules, then the built-in library.
+    rules: crate::health::Rules,
 }
 
 /// How the apply waves ended.
@@ -791,16 +797,7 @@ async fn apply_wave(
                 );
                 return (i, false, group_state);
             }
-            let (ok, group_state) = apply_group(
-                client,
-                group,
-                objects,
-                planned,
-                options,
-                run.deadline,
-                permits,
-            )
-            .await;
+            let (ok, group_state) = apply_group(run, group, objects, planned, permits).await;
             (i, ok, group_state)
         });
     }
@@ -918,14 +915,13 @@ pub(crate) struct RunState {
 /// healthy. Returns false when an object failed or did not become healthy,
 /// with what happened to the group's objects.
 async fn apply_group(
-    client: &Client,
+    run: &Run<'_>,
     group: &Group,
     objects: &[&Desired],
     planned: &BTreeMap<&ObjectKey, &PlannedObject>,
-    options: &DeployOptions,
-    deadline: Instant,
     permits: &tokio::sync::Semaphore,
 ) -> (bool, RunState) {
+    let (client, options) = (run.client, run.options);
     let mut state = RunState::default();
     let (writes, mut to_wait) = group_work(objects, planned);
     if writes.is_empty() && to_wait.is_empty() {
@@ -950,9 +946,7 @@ async fn apply_group(
             ok
         }
     };
-    if !to_wait.is_empty()
-        && !wait_group(client, group, to_wait, quiet, options, deadline, &mut state).await
-    {
+    if !to_wait.is_empty() && !wait_group(run, group, to_wait, quiet, &mut state).await {
         return (false, state);
     }
     if ok && !quiet {
@@ -1074,14 +1068,13 @@ async fn apply_ranks(
 /// Waits until the group's objects are healthy, up to `deadline`; false
 /// (with the reasons) when one is degraded or the time ran out.
 async fn wait_group(
-    client: &Client,
+    run: &Run<'_>,
     group: &Group,
     to_wait: Vec<WaitTarget>,
     quiet: bool,
-    options: &DeployOptions,
-    deadline: Instant,
     state: &mut RunState,
 ) -> bool {
+    let (client, options, deadline) = (run.client, run.options, run.deadline);
     if !quiet {
         emit(
             options,
@@ -1095,6 +1088,7 @@ async fn wait_group(
     let wait_options = WaitOptions {
         timeout,
         fail_fast_on_degraded: true,
+        rules: run.rules.clone(),
         ..WaitOptions::default()
     };
     match wait_healthy(client.clone(), to_wait, wait_options).await {

@@ -29,7 +29,7 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::health::{Health, health};
+use crate::health::{Health, Rules};
 
 /// The reason of an object that does not exist.
 pub const NOT_FOUND: &str = "not found";
@@ -101,6 +101,9 @@ pub struct WaitOptions {
     /// Receives a [`WaitEvent`] whenever a target's health changes (default
     /// none). A closed receiver is ignored.
     pub events: Option<UnboundedSender<WaitEvent>>,
+    /// The health rules (default: the built-in library and kstatus; a
+    /// deploy adds its build's own).
+    pub rules: Rules,
 }
 
 impl Default for WaitOptions {
@@ -109,6 +112,7 @@ impl Default for WaitOptions {
             timeout: Duration::from_secs(300),
             fail_fast_on_degraded: false,
             events: None,
+            rules: Rules::builtin(),
         }
     }
 }
@@ -187,6 +191,7 @@ pub async fn wait_healthy(
 ) -> Result<WaitReport, WaitError> {
     let deadline = tokio::time::Instant::now() + options.timeout;
     let mut waiter = Waiter::new(targets, options.events);
+    waiter.rules = options.rules;
 
     let mut lists: Vec<(Api<DynamicObject>, ListParams)> = Vec::with_capacity(waiter.groups.len());
     let mut streams: Vec<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>> =
@@ -284,6 +289,7 @@ struct Waiter {
     degraded: usize,
     has_pods: bool,
     events: Option<UnboundedSender<WaitEvent>>,
+    rules: Rules,
 }
 
 impl Waiter {
@@ -295,6 +301,7 @@ impl Waiter {
             degraded: 0,
             has_pods: false,
             events,
+            rules: Rules::builtin(),
         };
         let mut group_of: HashMap<(ApiResource, Option<String>), usize> = HashMap::new();
         for target in targets {
@@ -437,7 +444,7 @@ impl Waiter {
             );
             map.insert("kind".to_owned(), Value::String(resource.kind.clone()));
         }
-        let new = health(&value);
+        let new = self.rules.judge(&value).health;
         self.targets[index].pod = (is_pod(resource) && !new.is_ready()).then_some(value);
         self.set(index, new);
     }
@@ -445,7 +452,7 @@ impl Waiter {
     fn recheck_pods(&mut self) {
         for index in 0..self.targets.len() {
             if let Some(pod) = &self.targets[index].pod {
-                let new = health(pod);
+                let new = self.rules.judge(pod).health;
                 if new.is_ready() {
                     self.targets[index].pod = None;
                 }
