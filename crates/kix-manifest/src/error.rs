@@ -48,6 +48,14 @@ pub enum TreeError {
         file: PathBuf,
         reason: kix_sops::Reason,
     },
+    /// A decrypted document of a package's encrypted file that is not a
+    /// Secret kix can apply (the message never quotes a value).
+    #[error("{} (document {document}): {message}", file.display())]
+    SecretContent {
+        file: PathBuf,
+        document: usize,
+        message: String,
+    },
     /// A cluster, package or namespace name kix cannot use.
     #[error("{}: invalid {what} name {name:?}: {reason}", file.display())]
     InvalidName {

@@ -22,6 +22,7 @@ pub mod node;
 mod object;
 pub mod published;
 mod range;
+pub mod secrets;
 mod scalar;
 mod store_path;
 pub mod tree;

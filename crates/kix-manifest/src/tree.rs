@@ -88,6 +88,10 @@ pub struct ReadOptions {
     pub max_object_bytes: usize,
     /// Most objects in one build. Default 100,000.
     pub max_objects: usize,
+    /// Decrypt the packages' SOPS-encrypted files with these; without them
+    /// the files are only checked. Default: the process's
+    /// ([`crate::secrets::use_age_identities`]).
+    pub age_identities: Option<crate::secrets::AgeIdentities>,
 }
 
 impl Default for ReadOptions {
@@ -97,6 +101,7 @@ impl Default for ReadOptions {
             max_file_bytes: 16 * 1024 * 1024,
             max_object_bytes: 1024 * 1024,
             max_objects: 100_000,
+            age_identities: crate::secrets::process_age_identities(),
         }
     }
 }
@@ -129,6 +134,14 @@ pub struct Build {
     /// The packages that allow plain Secrets among their resources.
     #[serde(skip_serializing_if = "BTreeSet::is_empty")]
     pub plaintext_secrets_allowed: BTreeSet<String>,
+    /// Whether [`Build::secrets`] were decrypted into their packages'
+    /// objects (the reader had age identities).
+    #[serde(skip)]
+    pub secrets_decrypted: bool,
+    /// Per decrypted file, the key for digests of its Secrets
+    /// ([`kix_sops::DigestKey`]): a digest a reader cannot test a guess with.
+    #[serde(skip)]
+    pub secret_digest_keys: BTreeMap<PathBuf, kix_sops::DigestKey>,
 }
 
 /// A SOPS-encrypted file of a package (`packages/<p>/secrets/`), checked
@@ -311,7 +324,8 @@ impl Build {
             .iter()
             .filter(|p| !self.plaintext_secrets_allowed.contains(&p.name))
             .flat_map(|p| &p.objects)
-            .filter(|o| o.key.group.is_empty() && o.key.kind == "Secret" && has_values(o))
+            .filter(|o| o.key.group.is_empty() && o.key.kind == "Secret")
+            .filter(|o| !crate::secrets::is_decrypted(o) && has_values(o))
             .collect()
     }
 
@@ -574,11 +588,28 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
         })
         .collect();
     let mut secrets = Vec::new();
-    for (meta, files) in metas.iter().zip(dirs.values()) {
+    let mut secret_digest_keys = BTreeMap::new();
+    for (index, (meta, files)) in metas.iter().zip(dirs.values()).enumerate() {
         for file in &files.secrets {
-            secrets.push(reader.read_secret(&meta.name, file)?);
+            let (secret, bytes) = reader.read_secret(&meta.name, file)?;
+            if let Some(ids) = &options.age_identities {
+                let (decrypted, key) = crate::secrets::decrypt(
+                    &secret,
+                    &bytes,
+                    meta.namespace.as_deref(),
+                    &ids.0,
+                    options.max_object_bytes,
+                )?;
+                for (document, object) in decrypted {
+                    objects.add(&object, document, options.max_objects)?;
+                    package_objects[index].push(object);
+                }
+                secret_digest_keys.insert(secret.file.clone(), key);
+            }
+            secrets.push(secret);
         }
     }
+    let secrets_decrypted = options.age_identities.is_some();
     let plaintext_secrets_allowed = metas
         .iter()
         .filter(|m| m.allow_plaintext_secrets)
@@ -634,6 +665,8 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
         packages,
         secrets,
         plaintext_secrets_allowed,
+        secrets_decrypted,
+        secret_digest_keys,
     })
 }
 
@@ -833,7 +866,7 @@ impl Reader<'_> {
     }
 
     /// Reads a SOPS file of `package` and checks its metadata, with no key.
-    fn read_secret(&self, package: &str, rel: &Path) -> Result<SecretFile, TreeError> {
+    fn read_secret(&self, package: &str, rel: &Path) -> Result<(SecretFile, Vec<u8>), TreeError> {
         let bytes = self.read_file(rel)?;
         let name = rel.display().to_string();
         let inspected =
@@ -843,11 +876,12 @@ impl Reader<'_> {
                     reason: e.reason,
                 }
             })?;
-        Ok(SecretFile {
+        let secret = SecretFile {
             package: package.to_owned(),
             file: rel.to_path_buf(),
             recipients: inspected.recipients,
-        })
+        };
+        Ok((secret, bytes))
     }
 
     /// Reads and checks `packages/<dir>/package.json`.

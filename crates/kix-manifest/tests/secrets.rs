@@ -126,3 +126,109 @@ fn plain_secrets_are_listed_unless_the_package_allows_them() {
     assert!(build.plaintext_secrets().is_empty());
     assert!(build.plaintext_secrets_allowed.contains("app"));
 }
+
+/// The kix-sops fuzz target's key (it protects nothing): tests/secrets/*
+/// are encrypted to it.
+fn fuzz_identities() -> kix_manifest::secrets::AgeIdentities {
+    let source = fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../kix-sops/fuzz/fuzz_targets/sops_decrypt.rs"),
+    )
+    .expect("the fuzz target");
+    let key = source
+        .split('"')
+        .find(|s| s.starts_with("AGE-SECRET-KEY-"))
+        .expect("the fuzz key");
+    let ids =
+        kix_sops::Identities::parse(key, "fuzz key", kix_sops::Layout::OnePerLine).expect("parses");
+    kix_manifest::secrets::AgeIdentities(std::sync::Arc::new(ids))
+}
+
+fn encrypted_fixture(name: &str) -> String {
+    fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/secrets")
+            .join(name),
+    )
+    .expect("fixture")
+}
+
+fn read_with(
+    dir: &tempfile::TempDir,
+    root: &Path,
+    ids: Option<kix_manifest::secrets::AgeIdentities>,
+) -> Result<kix_manifest::Build, TreeError> {
+    let options = ReadOptions {
+        store_dir: dir.path().canonicalize().expect("canonical"),
+        age_identities: ids,
+        ..ReadOptions::default()
+    };
+    read_tree(root, &options)
+}
+
+#[test]
+fn with_identities_the_secrets_become_objects_of_their_package() {
+    let text = encrypted_fixture("db.sops.yaml");
+    let (dir, root) = tree(&[
+        ("kix.json", KIX),
+        (
+            "packages/app/package.json",
+            r#"{"name":"app","version":"1","namespace":"apps"}"#,
+        ),
+        ("packages/app/secrets/000-db.sops.yaml", &text),
+    ]);
+    let build = read_with(&dir, &root, Some(fuzz_identities())).expect("reads");
+    assert!(build.secrets_decrypted);
+    let keys: Vec<String> = build.objects().map(|o| o.key.to_string()).collect();
+    assert_eq!(keys, ["Secret apps/db", "Secret other/api"]);
+    let db = build.objects().next().expect("db");
+    assert!(kix_manifest::secrets::is_decrypted(db));
+    assert_eq!(
+        db.manifest()["stringData"]["password"],
+        "manifest-test-password-91c3"
+    );
+    assert_eq!(db.document, 1);
+    assert!(build.plaintext_secrets().is_empty());
+    assert_eq!(build.secret_digest_keys.len(), 1);
+    // Debug of the build never shows the digest key.
+    assert!(format!("{:?}", build.secret_digest_keys).contains("redacted"));
+
+    // Without identities: opaque.
+    let build = read_with(&dir, &root, None).expect("reads");
+    assert!(!build.secrets_decrypted);
+    assert_eq!(build.object_count(), 0);
+}
+
+#[test]
+fn a_decrypted_document_must_be_a_secret_and_unique() {
+    let (dir, root) = tree(&[
+        ("kix.json", KIX),
+        (
+            "packages/app/package.json",
+            r#"{"name":"app","version":"1"}"#,
+        ),
+        (
+            "packages/app/secrets/000-c.sops.yaml",
+            &encrypted_fixture("configmap.sops.yaml"),
+        ),
+    ]);
+    let err = read_with(&dir, &root, Some(fuzz_identities())).expect_err("refused");
+    assert!(
+        matches!(&err, TreeError::SecretContent { document: 1, .. }),
+        "{err}"
+    );
+    assert!(!err.to_string().contains("ConfigMap c"), "{err}");
+
+    let text = encrypted_fixture("db.sops.yaml");
+    let (dir, root) = tree(&[
+        ("kix.json", KIX),
+        (
+            "packages/app/package.json",
+            r#"{"name":"app","version":"1"}"#,
+        ),
+        ("packages/app/secrets/000-db.sops.yaml", &text),
+        ("packages/app/secrets/001-again.sops.yaml", &text),
+    ]);
+    let err = read_with(&dir, &root, Some(fuzz_identities())).expect_err("refused");
+    assert!(err.to_string().contains("001-again.sops.yaml"), "{err}");
+    assert!(!err.to_string().contains("manifest-test-password"), "{err}");
+}

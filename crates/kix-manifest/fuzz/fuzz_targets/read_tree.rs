@@ -30,6 +30,7 @@ fuzz_target!(|data: &[u8]| {
         max_file_bytes: 64 * 1024,
         max_object_bytes: 64 * 1024,
         max_objects: 1000,
+        age_identities: None,
     };
     for name in ["input.yaml", "input.json"] {
         let file = resources.join(name);
