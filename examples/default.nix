@@ -4,6 +4,7 @@
 #   kix deploy infra --file examples/default.nix --yes
 #   kix deploy apps  --file examples/default.nix --yes
 #   kix deploy apps  --file examples/default.nix -A next.apps --yes --accept-migrations
+#   kix fleet deploy regions --file examples/default.nix --yes   (docs/fleet.md)
 #
 # `pkgs` is nixpkgs (`<nixpkgs>` unless given; the library uses only
 # `pkgs.runCommand`). The offline tests and checks/demo, which have no
@@ -161,6 +162,38 @@ let
         };
       };
     };
+  # The Kix cluster of the fleet below: small, healthy as soon as applied.
+  hello =
+    { version, greeting }:
+    kix.mkCluster {
+      inherit pkgs;
+      name = "hello";
+      packages.hello = {
+        inherit version;
+        namespace = "hello";
+        resources = [
+          { apiVersion = "v1"; kind = "Namespace"; metadata.name = "hello"; }
+          { apiVersion = "v1"; kind = "ConfigMap"; metadata.name = "greeting"; data.GREETING = greeting; }
+        ];
+      };
+    };
+
+  # A fleet (docs/fleet.md): one build of the `hello` Kix cluster promoted
+  # across three Kubernetes clusters (kubeconfig contexts staging, eu-1 and
+  # us-1), a wave each, each wave Active and healthy for 2s before the next.
+  regions =
+    build:
+    kix.mkFleet {
+      name = "regions";
+      members = {
+        staging = { inherit build; context = "staging"; };
+        eu-1 = { inherit build; context = "eu-1"; };
+        us-1 = { inherit build; context = "us-1"; };
+      };
+      waves = [ [ "staging" ] [ "eu-1" ] [ "us-1" ] ];
+      maxParallel = 2;
+      pause = "2s";
+    };
 in
 {
   kixClusters = {
@@ -169,4 +202,8 @@ in
   };
   # The next release of apps: db 2.0.0 crosses the 1.0.0 → 2.0.0 migration.
   next.apps = apps { dbVersion = "2.0.0"; };
+
+  kixFleets.regions = regions (hello { version = "1.0.0"; greeting = "hello from a fleet"; });
+  # Its next release.
+  next.kixFleets.regions = regions (hello { version = "1.1.0"; greeting = "hello again"; });
 }

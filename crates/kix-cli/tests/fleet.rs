@@ -11,7 +11,9 @@
 //!    next wave untouched, exit 1;
 //! 4. that partially rolled-out fleet rolls back, in reverse wave order;
 //! 5. an unreachable member is shown as such and halts its wave;
-//! 6. an operator member: its record is applied by `kix-operator`.
+//! 6. an operator member: its record is applied by `kix-operator`;
+//! 7. the `$ kix` lines of docs/fleet.md, with the example fleet, on the
+//!    three control planes as the contexts staging, eu-1 and us-1.
 
 mod common;
 
@@ -198,6 +200,7 @@ async fn a_fleet_rolls_out_in_waves_halts_resumes_and_rolls_back() {
     rollback_partial(&gcroots, &members, &f3, &v2).await;
     unreachable_member(dir, &gcroots, &cps[0], staging, &v1).await;
     operator_member(dir, &gcroots, us, &v1).await;
+    docs_walkthrough(dir, &gcroots, &cps);
 }
 
 async fn three_waves(dir: &Path, gcroots: &Path, members: &[Member], v1: &str) {
@@ -422,4 +425,84 @@ async fn operator_member(dir: &Path, gcroots: &Path, us: &Member, v1: &str) {
     assert_eq!(record.spec.source.path, v1);
     assert_eq!(record.spec.engine, kix_api::Engine::Operator);
     assert!(rollout_label(&record).is_some());
+}
+
+/// One kubeconfig whose contexts `names` reach the control planes `cps`.
+fn merged_kubeconfig(cps: &[PrivateControlPlane], names: &[&str], dir: &Path) -> PathBuf {
+    let mut merged = kube::config::Kubeconfig::default();
+    for (cp, name) in cps.iter().zip(names) {
+        let kc = kube::config::Kubeconfig::read_from(cp.kubeconfig()).expect("kubeconfig");
+        let (Some(mut cluster), Some(mut user), Some(mut context)) = (
+            kc.clusters.first().cloned(),
+            kc.auth_infos.first().cloned(),
+            kc.contexts.first().cloned(),
+        ) else {
+            panic!(
+                "{} has no cluster, user or context",
+                cp.kubeconfig().display()
+            );
+        };
+        cluster.name = format!("{name}-cluster");
+        user.name = format!("{name}-user");
+        context.name = (*name).to_string();
+        if let Some(c) = context.context.as_mut() {
+            c.cluster = cluster.name.clone();
+            c.user = Some(user.name.clone());
+        }
+        merged.clusters.push(cluster);
+        merged.auth_infos.push(user);
+        merged.contexts.push(context);
+    }
+    let path = dir.join("regions.kubeconfig");
+    std::fs::write(&path, serde_json::to_string(&merged).expect("json")).expect("write");
+    path
+}
+
+/// The `$ kix ...` lines of the ```console blocks of docs/fleet.md.
+fn doc_commands() -> Vec<Vec<String>> {
+    let doc = std::fs::read_to_string(kix_testkit::repo_root().join("docs/fleet.md"))
+        .expect("docs/fleet.md");
+    let mut commands = Vec::new();
+    let mut in_console = false;
+    for line in doc.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("```") {
+            in_console = trimmed == "```console";
+            continue;
+        }
+        if in_console && let Some(command) = trimmed.strip_prefix("$ kix ") {
+            commands.push(command.split_whitespace().map(str::to_string).collect());
+        }
+    }
+    commands
+}
+
+fn docs_walkthrough(dir: &Path, gcroots: &Path, cps: &[PrivateControlPlane]) {
+    let kubeconfig = merged_kubeconfig(cps, &["staging", "eu-1", "us-1"], dir);
+    let commands = doc_commands();
+    assert!(
+        commands.len() >= 7,
+        "docs/fleet.md lost its commands: {commands:?}"
+    );
+    let repo = kix_testkit::repo_root();
+    for args in commands {
+        let out = run(Command::new(kix_bin())
+            .args(&args)
+            .current_dir(&repo)
+            .env_remove("KIX_LOG")
+            .env("KUBECONFIG", &kubeconfig)
+            .env("KIX_GCROOTS_DIR", gcroots)
+            .env("KIX_OFFLINE", "1")
+            // The examples take `<nixpkgs>`: the host-tools builder here.
+            .env(
+                "NIX_PATH",
+                format!(
+                    "nixpkgs={}",
+                    repo.join("nix/tests/host-tools.nix").display()
+                ),
+            )
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null()));
+        assert_eq!(out.code, Some(0), "`kix {}`: {out}", args.join(" "));
+    }
 }

@@ -137,7 +137,7 @@ pub fn connect(global: &GlobalArgs) -> anyhow::Result<kix_fleet::member::Connect
 #[derive(Debug, Args)]
 pub struct FleetRunArgs {
     #[command(flatten)]
-    pub confirm: ConfirmArgs,
+    pub confirm: FleetConfirmArgs,
     /// How long a local member's deploy waits for its objects to become
     /// healthy (e.g. 90s, 5m).
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
@@ -164,15 +164,10 @@ impl FleetRunArgs {
         events: Option<tokio::sync::mpsc::UnboundedSender<kix_fleet::run::FleetEvent>>,
         exact: bool,
     ) -> anyhow::Result<RunOptions> {
-        if self.confirm.current_activation.is_some() {
-            anyhow::bail!(
-                "--current-activation does not apply to a fleet (each member has its own)"
-            );
-        }
         let mut member = kix_fleet::apply::MemberOptions {
             timeout: self.timeout,
             accept_migrations: self.confirm.accept_migrations,
-            deletions: self.confirm.deletion_consent(),
+            deletions: self.confirm.as_confirm_args().deletion_consent(),
             exact,
             ..Default::default()
         };
@@ -217,7 +212,38 @@ impl FleetRunArgs {
         if !plan.has_changes() {
             return Ok(true);
         }
-        super::deploy::confirm(&self.confirm, question)
+        super::deploy::confirm(&self.confirm.as_confirm_args(), question)
+    }
+}
+
+/// The guards of `kix deploy` that apply to a fleet (each member has its
+/// own current activation: `--current-activation` does not).
+#[derive(Debug, Clone, Args)]
+pub struct FleetConfirmArgs {
+    /// Do not ask for confirmation.
+    #[arg(long, short)]
+    pub yes: bool,
+    /// Accept migrations, replaces (immutable fields), adoptions and
+    /// destructive deletions the members' plans list.
+    #[arg(long)]
+    pub accept_migrations: bool,
+    /// Allow each member up to N deletions beyond its deletion budget.
+    #[arg(long, value_name = "N")]
+    pub max_deletions: Option<u32>,
+    /// Accept every deletion the members' plans list, beyond their budgets.
+    #[arg(long, conflicts_with = "max_deletions")]
+    pub accept_deletions: bool,
+}
+
+impl FleetConfirmArgs {
+    fn as_confirm_args(&self) -> ConfirmArgs {
+        ConfirmArgs {
+            yes: self.yes,
+            current_activation: None,
+            accept_migrations: self.accept_migrations,
+            max_deletions: self.max_deletions,
+            accept_deletions: self.accept_deletions,
+        }
     }
 }
 
