@@ -1,6 +1,7 @@
 //! `kix`: deploy what Nix builds. Each subcommand lives in `commands/<name>.rs`
 //! with its clap arguments and an `exec` that calls the libraries.
 
+mod args;
 mod commands;
 mod kube_client;
 mod output;
@@ -8,7 +9,9 @@ mod progress;
 #[cfg(test)]
 mod reference;
 mod render;
+mod source;
 mod tui;
+mod validation;
 
 use std::process::ExitCode;
 

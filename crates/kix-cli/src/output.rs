@@ -5,7 +5,8 @@ use std::sync::OnceLock;
 use chrono::{DateTime, Utc};
 use tracing_subscriber::EnvFilter;
 
-use crate::commands::{GlobalArgs, LogFormat};
+use crate::commands::{GlobalArgs, LogFormat, OutputFormat};
+use crate::render::{Style, plan_text};
 
 /// What `--log-format`, `-v` and `-q` said, for the progress printers.
 #[derive(Debug, Clone, Copy)]
@@ -179,4 +180,17 @@ pub fn json_text<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
     let mut text = serde_json::to_string_pretty(value)?;
     text.push('\n');
     Ok(text)
+}
+
+/// The plan on stdout: human text, or JSON.
+pub fn print_plan(
+    plan: &kix_engine::plan::Plan,
+    output: OutputFormat,
+    show_unchanged: bool,
+) -> anyhow::Result<()> {
+    match output {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(plan)?),
+        OutputFormat::Text => print!("{}", plan_text(plan, Style::detect(), show_unchanged)),
+    }
+    Ok(())
 }

@@ -49,7 +49,7 @@ pub struct DeclareArgs {
     pub allow_empty: bool,
     /// How long to wait for the operator to make the record Active or
     /// Degraded (e.g. 90s, 5m).
-    #[arg(long, value_parser = super::deploy::parse_duration, default_value = "10m")]
+    #[arg(long, value_parser = kix_engine::duration::parse, default_value = "10m")]
     pub wait: Duration,
     /// The host the record names as its declarer [default: this host's name].
     #[arg(long, value_name = "HOST")]
@@ -160,6 +160,17 @@ pub async fn exec(args: DeclareArgs, global: &GlobalArgs) -> anyhow::Result<Exit
     let client = crate::kube_client::client(global, build.settings.context.as_deref()).await?;
     operator::require_records(&client).await?;
     let records = kix_engine::records::list_all_required(&client).await?;
+    // absent = "prune" of a Kix cluster this cluster never had: no record
+    // of a build that was never there.
+    if build.object_count() == 0
+        && kix_engine::records::of_cluster(&records, &args.cluster).is_empty()
+    {
+        eprintln!(
+            "Kix cluster {:?} has no activations: nothing to prune, nothing written",
+            args.cluster
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let declaration = decide(&records, &args.cluster, store_path.as_str());
     let from = match &declaration {
         Declaration::Current { record } => {

@@ -1,19 +1,18 @@
 //! `kix deploy <CLUSTER>`: build, plan, confirm, record, apply, wait, prune.
 
-use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use kix_api::Phase;
-use kix_engine::budget::DeletionConsent;
 use kix_engine::deploy::{DeployOptions, OnError, PruneMode, ReceiptInfo};
 
-use super::build::SourceArgs;
-use super::plan::{EngineArgs, print_plan};
 use super::{GlobalArgs, OutputFormat};
+use crate::args::EngineArgs;
+use crate::output::print_plan;
 use crate::progress;
+use crate::source::{SourceArgs, read_store_build};
 
 #[derive(Debug, Args)]
 pub struct DeployArgs {
@@ -26,7 +25,7 @@ pub struct DeployArgs {
     #[command(flatten)]
     pub confirm: ConfirmArgs,
     /// How long to wait for objects to become healthy (e.g. 90s, 5m).
-    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    #[arg(long, value_parser = kix_engine::duration::parse, default_value = "5m")]
     pub timeout: Duration,
     /// What a failed object or health wait does to the rest of the deploy.
     #[arg(long, value_enum, default_value_t = OnErrorArg::Abort)]
@@ -60,39 +59,6 @@ pub struct DeployArgs {
     pub output: OutputFormat,
 }
 
-/// Guards shared by the commands that change the cluster.
-#[derive(Debug, Clone, Args)]
-pub struct ConfirmArgs {
-    /// Do not ask for confirmation.
-    #[arg(long, short)]
-    pub yes: bool,
-    /// Refuse unless NAME is the Kix cluster's current activation.
-    #[arg(long, value_name = "NAME")]
-    pub current_activation: Option<String>,
-    /// Accept migrations, replaces (immutable fields), adoptions and
-    /// destructive deletions the plan lists.
-    #[arg(long)]
-    pub accept_migrations: bool,
-    /// Allow up to N deletions when the plan exceeds the Kix cluster's
-    /// deletion budget (default budget: 25 % of its objects, at least 10).
-    #[arg(long, value_name = "N")]
-    pub max_deletions: Option<u32>,
-    /// Accept every deletion the plan lists, beyond the deletion budget.
-    #[arg(long, conflicts_with = "max_deletions")]
-    pub accept_deletions: bool,
-}
-
-impl ConfirmArgs {
-    /// The consent `--max-deletions` / `--accept-deletions` give.
-    pub fn deletion_consent(&self) -> DeletionConsent {
-        match (self.accept_deletions, self.max_deletions) {
-            (true, _) => DeletionConsent::Any,
-            (false, Some(n)) => DeletionConsent::UpTo(n),
-            (false, None) => DeletionConsent::Budget,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum OnErrorArg {
     Abort,
@@ -107,8 +73,8 @@ pub enum PruneModeArg {
     Orphan,
 }
 
-/// The command lines' one duration reading (kept here for callers that
-/// name it by this path).
+// Kept at their old paths for the fleet commands, which name them so.
+pub use crate::args::{ConfirmArgs, confirm};
 pub use kix_engine::duration::parse as parse_duration;
 
 pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
@@ -129,14 +95,10 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
     };
     let (path, build, client, plan) = match &saved {
         Some(saved) => {
-            let (path, build) = super::rollback::read_store_build(
-                "the build the plan names",
-                &saved.store_path,
-                &args.cluster,
-            )
-            .await?;
-            let client =
-                crate::kube_client::client_for_build(global, &build.settings).await?;
+            let (path, build) =
+                read_store_build("the build the plan names", &saved.store_path, &args.cluster)
+                    .await?;
+            let client = crate::kube_client::client_for_build(global, &build.settings).await?;
             let plan =
                 kix_engine::plan::plan(&client, &build, path.as_str(), &plan_options).await?;
             (path, build, client, plan)
@@ -322,30 +284,6 @@ fn read_saved_plan(
         );
     }
     Ok(saved)
-}
-
-/// Asks on the terminal; refuses (exit 1) without a terminal unless `--yes`.
-pub fn confirm(args: &ConfirmArgs, question: &str) -> anyhow::Result<bool> {
-    if args.yes {
-        return Ok(true);
-    }
-    if !std::io::stdin().is_terminal() {
-        anyhow::bail!(
-            "confirmation needed and stdin is not a terminal: nothing was changed; rerun with --yes"
-        );
-    }
-    eprint!("{question} [y/N] ");
-    std::io::stderr().flush()?;
-    let mut answer = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut answer)
-        .context("reading the answer")?;
-    let yes = matches!(answer.trim(), "y" | "Y" | "yes");
-    if !yes {
-        eprintln!("nothing changed");
-    }
-    Ok(yes)
 }
 
 /// `deploy --operator`: the local plan's guards, then the record, then wait.

@@ -104,7 +104,7 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
             .filter(|o| o.action == GcAction::Delete)
             .count()
     );
-    let confirm = super::deploy::ConfirmArgs {
+    let confirm = crate::args::ConfirmArgs {
         yes: args.yes,
         current_activation: None,
         accept_migrations: false,
@@ -124,7 +124,7 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
     if args.operator {
         super::operator::require_records(&client).await?;
     }
-    if !super::deploy::confirm(&confirm, &question)? {
+    if !crate::args::confirm(&confirm, &question)? {
         return Ok(ExitCode::from(1));
     }
     if args.operator {

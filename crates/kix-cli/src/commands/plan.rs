@@ -4,11 +4,11 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use kix_engine::plan::{Plan, PlanOptions};
 
-use super::build::SourceArgs;
 use super::{GlobalArgs, OutputFormat};
-use crate::render::{Style, plan_text};
+use crate::args::EngineArgs;
+use crate::output::print_plan;
+use crate::source::SourceArgs;
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -39,34 +39,6 @@ pub struct PlanArgs {
     /// `--reconcile` and `--force-conflicts` have no effect with it.
     #[arg(long)]
     pub operator: bool,
-}
-
-/// Plan options shared by `plan` and `deploy`.
-#[derive(Debug, Clone, Args)]
-pub struct EngineArgs {
-    /// Compare every object with its live state and re-apply drift, instead
-    /// of trusting the digest recorded at the last apply.
-    #[arg(long)]
-    pub reconcile: bool,
-    /// Take fields other field managers own (server-side apply force).
-    #[arg(long)]
-    pub force_conflicts: bool,
-    /// Delete what the build no longer has.
-    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub prune: bool,
-}
-
-impl EngineArgs {
-    pub fn plan_options(&self) -> PlanOptions {
-        PlanOptions {
-            reconcile: self.reconcile,
-            force_conflicts: self.force_conflicts,
-            yield_to_kix_clusters: false,
-            prune: self.prune,
-            activation: None,
-            only: None,
-        }
-    }
 }
 
 pub async fn exec(args: PlanArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
@@ -110,12 +82,4 @@ pub async fn exec(args: PlanArgs, global: &GlobalArgs) -> anyhow::Result<ExitCod
     // Freeing 50,000 objects took the last tenth of a second of a plan.
     kix_engine::drop_later((plan, read.build));
     Ok(code)
-}
-
-pub fn print_plan(plan: &Plan, output: OutputFormat, show_unchanged: bool) -> anyhow::Result<()> {
-    match output {
-        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(plan)?),
-        OutputFormat::Text => print!("{}", plan_text(plan, Style::detect(), show_unchanged)),
-    }
-    Ok(())
 }

@@ -1,7 +1,6 @@
 //! `kix rollback <CLUSTER> [--to NAME]`: re-apply the build of a Superseded
 //! activation as a new activation whose receipt names where it came from.
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -10,13 +9,13 @@ use clap::Args;
 use kix_api::{Activation, Phase};
 use kix_engine::deploy::{DeployOptions, OnError, ReceiptInfo};
 use kix_engine::plan::PlanOptions;
-use kix_manifest::StorePath;
 use kube::ResourceExt;
 
-use super::deploy::ConfirmArgs;
-use super::plan::print_plan;
 use super::{GlobalArgs, OutputFormat};
+use crate::args::{ConfirmArgs, confirm};
+use crate::output::print_plan;
 use crate::progress;
+use crate::source::read_store_build;
 use crate::tui::TuiArgs;
 
 #[derive(Debug, Args)]
@@ -165,7 +164,7 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
             args.cluster
         )
     };
-    if !super::deploy::confirm(&args.confirm, &question)? {
+    if !confirm(&args.confirm, &question)? {
         return Ok(ExitCode::from(1));
     }
     let summary = serde_json::json!({
@@ -205,41 +204,6 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
     } else {
         ExitCode::from(1)
     })
-}
-
-/// A build read from the store for `what` (`the build of C-1`): refused,
-/// nothing changed, when the path is not a store path, is gone from the
-/// store, or is another Kix cluster's build.
-pub async fn read_store_build(
-    what: &str,
-    path: &str,
-    cluster: &str,
-) -> anyhow::Result<(StorePath, kix_manifest::Build)> {
-    let store_path = StorePath::parse(path)
-        .with_context(|| format!("{what} names {path:?}: nothing was changed"))?;
-    let check = store_path.clone();
-    let valid = tokio::task::spawn_blocking(move || kix_nix::is_valid(&check))
-        .await
-        .context("the store check failed")??;
-    if !valid {
-        bail!(
-            "{what}, {path}, is no longer in the Nix store (garbage-collected): nothing was changed"
-        );
-    }
-    let read_path = path.to_string();
-    let build = tokio::task::spawn_blocking(move || {
-        kix_manifest::read_tree(Path::new(&read_path), &kix_manifest::ReadOptions::default())
-    })
-    .await
-    .context("reading the build failed")?
-    .with_context(|| format!("reading {what} ({path}): nothing was changed"))?;
-    if build.cluster != cluster {
-        bail!(
-            "{what} ({path}) is for Kix cluster {:?}, not {cluster:?}: nothing was changed",
-            build.cluster,
-        );
-    }
-    Ok((store_path, build))
 }
 
 /// `rollback --operator`: a new operator record for the target's build,

@@ -10,10 +10,10 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use kix_manifest::{Build, ReadOptions, STORE_DIR};
-use kix_validate::Report;
 
-use super::build::SourceArgs;
 use super::{GlobalArgs, OutputFormat};
+use crate::source::{SourceArgs, refuse_plaintext_secrets};
+use crate::validation::{VersionArg, exit_code, print_unchecked, verdict};
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
@@ -37,25 +37,6 @@ pub struct ValidateArgs {
     pub nix_args: Vec<OsString>,
 }
 
-/// Which Kubernetes release's schemas built-in kinds are checked against.
-#[derive(Debug, Clone, Args)]
-pub struct VersionArg {
-    /// Kubernetes version to validate against [default: the build's
-    /// `kubernetesVersion` setting, else the release kix is tested with]
-    #[arg(long, value_name = "VERSION", env = "KIX_KUBERNETES_VERSION")]
-    pub kubernetes_version: Option<String>,
-}
-
-impl VersionArg {
-    /// Validates `build`; an unsupported version is an error naming it.
-    pub fn validate(&self, build: &Build) -> anyhow::Result<Report> {
-        Ok(kix_validate::validate_build(
-            build,
-            self.kubernetes_version.as_deref(),
-        )?)
-    }
-}
-
 pub async fn exec(args: ValidateArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
     let build = match (&args.source.path, &args.cluster) {
         // A path is read as it is: no Nix needed (the Nix check derivation
@@ -70,7 +51,7 @@ pub async fn exec(args: ValidateArgs, global: &GlobalArgs) -> anyhow::Result<Exi
         }
         (None, None) => anyhow::bail!("name a Kix cluster or give --path"),
     };
-    super::build::refuse_plaintext_secrets(&build)?;
+    refuse_plaintext_secrets(&build)?;
     let report = args.version.validate(&build)?;
     let mut stdout = std::io::stdout().lock();
     match args.output {
@@ -115,40 +96,4 @@ fn read_path(path: &Path, cluster: Option<&str>) -> anyhow::Result<Build> {
         );
     }
     Ok(build)
-}
-
-/// The last line of a text report.
-pub fn verdict(report: &Report) -> String {
-    let crds = match report.custom_kinds {
-        0 => String::new(),
-        n => format!(" and {n} custom resource kind(s) of the build"),
-    };
-    if report.is_valid() {
-        format!(
-            "ok: {} object(s) valid against Kubernetes {}{crds}",
-            report.objects, report.kubernetes_version
-        )
-    } else {
-        format!(
-            "error: {} schema error(s) in {} object(s) (Kubernetes {}{crds})",
-            report.findings.len(),
-            report.objects,
-            report.kubernetes_version
-        )
-    }
-}
-
-/// What was not checked, on stderr.
-pub fn print_unchecked(report: &Report) {
-    for unchecked in &report.unchecked {
-        eprintln!("note: not checked: {unchecked}");
-    }
-}
-
-pub fn exit_code(report: &Report) -> ExitCode {
-    if report.is_valid() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
 }
