@@ -168,6 +168,19 @@ async fn acceptance_is_only_what_the_host_names_and_absent_prunes_through_the_bu
     cms.create(&PostParams::default(), &legacy)
         .await
         .expect("create legacy");
+    // absent = "prune" of a Kix cluster that never had a build: nothing.
+    let root = kix.dir.path().join("empty");
+    std::fs::create_dir_all(&root).expect("mkdir");
+    std::fs::write(
+        root.join("kix.json"),
+        json!({"format": 1, "cluster": kix.cluster(), "packages": [], "settings": {}}).to_string(),
+    )
+    .expect("kix.json");
+    let empty = common::add_to_store(&root);
+    let run = declare(&kix, &empty, &["--allow-empty"]).ok();
+    assert!(run.stderr.contains("nothing to prune"), "{}", run.stderr);
+    assert!(kix.records().await.is_empty(), "no record was written");
+
     let first = generation(&kix, "first", &configmap("settings", "one"));
     declare(&kix, &first, &[]).ok();
 
@@ -195,14 +208,6 @@ async fn acceptance_is_only_what_the_host_names_and_absent_prunes_through_the_bu
     // absent = "prune": an empty build of the Kix cluster, within the
     // budget (2 objects, the budget allows 10); without --allow-empty the
     // engine's empty-build guard refuses.
-    let root = kix.dir.path().join("empty");
-    std::fs::create_dir_all(&root).expect("mkdir");
-    std::fs::write(
-        root.join("kix.json"),
-        json!({"format": 1, "cluster": kix.cluster(), "packages": [], "settings": {}}).to_string(),
-    )
-    .expect("kix.json");
-    let empty = common::add_to_store(&root);
     let run = declare(&kix, &empty, &[]).code(1);
     assert!(run.stderr.contains("nothing was changed"), "{}", run.stderr);
     assert_eq!(kix.records().await.len(), 2, "no record was written");
