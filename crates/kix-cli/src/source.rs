@@ -86,6 +86,7 @@ impl SourceArgs {
         .context("the build task failed")?
         .with_context(|| format!("building {described}"))?;
         warn_secrets(&build);
+        warn_dropped(&build);
         Ok((path, build))
     }
 }
@@ -153,6 +154,7 @@ impl SourceArgs {
         };
         let (path, build) = read.with_context(|| format!("building {described}"))?;
         warn_secrets(&build);
+        warn_dropped(&build);
         let (client, prefetched) = match early {
             Some((client, prefetched))
                 if target.as_ref().is_some_and(|target| {
@@ -252,6 +254,14 @@ pub fn refuse_plaintext_secrets(build: &Build) -> anyhow::Result<()> {
         names.join(", "),
         packages.join(", ")
     )
+}
+
+/// Fields only the API server sets, dropped from what kix applies: one
+/// warning per file naming them.
+pub fn warn_dropped(build: &Build) {
+    for dropped in &build.dropped {
+        eprintln!("warning: {dropped}");
+    }
 }
 
 /// Secrets in a build are readable by every user of the machine: the Nix store

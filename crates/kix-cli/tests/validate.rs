@@ -369,3 +369,50 @@ fn nix_flake_check_fails_on_an_invalid_manifest() {
         run.stderr
     );
 }
+
+#[test]
+fn validate_drops_what_only_the_api_server_sets_with_one_warning_per_file() {
+    let dump = DEPLOYMENT.replace("REPLICAS", "3").replace(
+        "  name: web\n",
+        "  name: web\n  generation: 4\n  resourceVersion: \"812\"\n  uid: 0d1a6c3e-2b1f-4e55-9a7e-3c1f0b6d8e21\n",
+    ) + "status:\n  replicas: 3\n  observedGeneration: 4\n";
+    let dir = tree("{}", &dump);
+    let run = run_of(kix().arg("validate").arg("--path").arg(dir.path())).exits(0);
+    assert_eq!(
+        run.stdout,
+        "ok: 1 object(s) valid against Kubernetes v1.36.3\n"
+    );
+    assert_eq!(
+        run.stderr.matches("warning: ").count(),
+        1,
+        "one warning for the file: {}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(
+            "warning: packages/web/resources/app.yaml: dropped metadata.generation, \
+             metadata.resourceVersion, metadata.uid, status, which only the API server sets"
+        ),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn validate_refuses_a_health_rule_that_does_not_compile_naming_file_and_expression() {
+    let dir = tree("{}", &DEPLOYMENT.replace("REPLICAS", "3"));
+    std::fs::write(
+        dir.path().join("kix.json"),
+        r#"{"format": 1, "cluster": "web", "packages": ["web"],
+            "health": [{"group": "example.com", "kind": "Widget", "failed": "status.phase =="}]}"#,
+    )
+    .expect("kix.json");
+    let run = run_of(kix().arg("validate").arg("--path").arg(dir.path())).exits(1);
+    assert!(
+        run.stderr.contains(
+            "kix.json health[0]: health rule for Widget.example.com: failed `status.phase ==` does not compile"
+        ),
+        "{}",
+        run.stderr
+    );
+}

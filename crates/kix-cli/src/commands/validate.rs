@@ -86,6 +86,7 @@ fn read_path(path: &Path, cluster: Option<&str>) -> anyhow::Result<Build> {
     }
     let build = kix_manifest::read_tree(&root, &options)
         .with_context(|| format!("reading the manifest tree {}", path.display()))?;
+    crate::source::warn_dropped(&build);
     if let Some(cluster) = cluster
         && build.cluster != cluster
     {
