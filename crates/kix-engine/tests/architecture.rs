@@ -353,14 +353,9 @@ const LONG_FUNCTIONS_LEFT: &[&str] = &[
 /// A command file's imports of a sibling, still there (issue 34 moves what
 /// they share to modules of their own). New ones fail.
 const CLI_BORROWS_LEFT: &[&str] = &[
-    "commands::declare → commands::operator",
     "commands::deploy → commands::declare",
-    "commands::deploy → commands::operator",
     "commands::fleet → commands::deploy",
-    "commands::gc → commands::operator",
-    "commands::plan → commands::operator",
     "commands::rollback → commands::declare",
-    "commands::rollback → commands::operator",
 ];
 
 #[test]
@@ -391,12 +386,21 @@ fn the_engines_modules_import_no_cycle() {
 
 #[test]
 fn the_clis_command_files_import_none_of_their_siblings() {
-    let graph = module_graph(&crates_dir().join("kix-cli/src"));
+    let src = crates_dir().join("kix-cli/src");
+    let graph = module_graph(&src);
+    // A command file runs a subcommand (its `exec`); a helper module of
+    // `commands/` (operator.rs, the operator mode's waits and records) is
+    // shared by design.
     let commands: BTreeSet<String> = graph
         .keys()
-        .filter(|m| m.starts_with("commands::"))
+        .filter(|m| {
+            let file = src.join(m.replace("::", "/")).with_extension("rs");
+            let code = code_only(&fs::read_to_string(file).unwrap_or_default());
+            m.starts_with("commands::") && code.contains("fn exec(")
+        })
         .cloned()
         .collect();
+    assert!(commands.len() >= 10, "found only {commands:?}");
     let mut borrowed = Vec::new();
     for command in &commands {
         for target in &graph[command] {
