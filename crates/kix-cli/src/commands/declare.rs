@@ -10,6 +10,7 @@
 //! plan needs accepted must be named by `--accept`, or nothing is written.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use kube::ResourceExt;
 
 use super::GlobalArgs;
 use super::operator;
+use crate::source::SourceArgs;
 
 #[derive(Debug, Args)]
 pub struct DeclareArgs {
@@ -147,17 +149,24 @@ pub async fn warn_if_host_declared(client: &kube::Client, current: Option<&str>)
 }
 
 pub async fn exec(args: DeclareArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
-    let store_path = StorePath::parse(&args.path)
+    // A store path only: what a generation names, never a directory to add.
+    StorePath::parse(&args.path)
         .with_context(|| format!("--path {:?}: nothing was changed", args.path))?;
-    let cluster = args.cluster.clone();
-    let (store_path, build) = tokio::task::spawn_blocking(move || {
-        kix_nix::ensure_valid(&store_path)?;
-        anyhow::Ok(kix_nix::read_build_of(store_path, &cluster)?)
-    })
-    .await
-    .context("reading the build failed")?
-    .with_context(|| format!("the declared build {}: nothing was changed", args.path))?;
-    let client = crate::kube_client::client(global, build.settings.context.as_deref()).await?;
+    // Read as `kix deploy --path` reads it: realised when not valid here,
+    // the client of its context and ServiceAccount, the Secrets warnings.
+    let source = SourceArgs {
+        flake: None,
+        file: None,
+        attr: None,
+        path: Some(PathBuf::from(&args.path)),
+        offline: false,
+    };
+    let plan_options = operator::plan_options();
+    let read = source
+        .build_and_read_for_plan(&args.cluster, global, &plan_options)
+        .await
+        .with_context(|| format!("the declared build {}: nothing was changed", args.path))?;
+    let (store_path, build, client) = (read.path, read.build, read.client);
     operator::require_records(&client).await?;
     let records = kix_engine::records::list_all_required(&client).await?;
     // absent = "prune" of a Kix cluster this cluster never had: no record
@@ -188,8 +197,14 @@ pub async fn exec(args: DeclareArgs, global: &GlobalArgs) -> anyhow::Result<Exit
         }
         Declaration::Deploy => None,
     };
-    let plan_options = operator::plan_options();
-    let plan = kix_engine::plan::plan(&client, &build, store_path.as_str(), &plan_options).await?;
+    let plan = kix_engine::plan::plan_prefetched(
+        &client,
+        &build,
+        store_path.as_str(),
+        &plan_options,
+        read.prefetched,
+    )
+    .await?;
     let style = crate::render::Style::detect();
     crate::output::print_stdout(&crate::render::plan_text(&plan, style, false))?;
     let needed = plan.needs_acceptance();
