@@ -381,3 +381,199 @@ fn only_a_kix_clusters_declared_writers_write_its_records_and_none_moves_one() {
         .collect();
     assert_eq!(names, ["team-b-9"], "records left: only what was allowed");
 }
+
+/// The writes the apiserver audited after `mark` that were made acting as
+/// `user` (impersonated), as `"<verb> <resource>/<name>"`, and the status
+/// code of each.
+fn writes_as(mark: u64, user: &str) -> Vec<(String, i64)> {
+    use std::io::{BufRead, BufReader, Seek, SeekFrom};
+    let cp_dir = kix_testkit::control_plane_dir();
+    let mut file = std::fs::File::open(common::audit_log(&cp_dir)).expect("audit log");
+    file.seek(SeekFrom::Start(mark)).expect("seek");
+    let mut out = Vec::new();
+    for line in BufReader::new(file).lines() {
+        let Ok(line) = line else { break };
+        let Ok(event) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        let verb = event["verb"].as_str().unwrap_or_default();
+        if event["stage"] != "ResponseComplete"
+            || event["impersonatedUser"]["username"] != user
+            || !matches!(verb, "create" | "update" | "patch" | "delete")
+            || event["requestURI"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("dryRun=All")
+        {
+            continue;
+        }
+        out.push((
+            format!(
+                "{verb} {}/{}",
+                event["objectRef"]["resource"].as_str().unwrap_or_default(),
+                event["objectRef"]["name"].as_str().unwrap_or_default()
+            ),
+            event["responseStatus"]["code"].as_i64().unwrap_or_default(),
+        ));
+    }
+    out
+}
+
+/// A tenant's account: it writes ConfigMaps in its namespace and kix's
+/// records, the deploy Lease, and reads what a plan reads; nothing else.
+fn tenant_rbac(namespace: &str, account: &str) -> String {
+    let sa = json!({"kind": "ServiceAccount", "name": account, "namespace": namespace});
+    let role = |kind: &str, name: &str, ns: Option<&str>, rules: Value| {
+        let mut meta = json!({"name": name});
+        if let Some(ns) = ns {
+            meta["namespace"] = json!(ns);
+        }
+        let binding_kind = format!("{kind}Binding");
+        vec![
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta, "rules": rules}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": binding_kind, "metadata": meta,
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+                   "subjects": [sa]}),
+        ]
+    };
+    let mut items = vec![json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                                "metadata": {"name": account, "namespace": namespace}})];
+    items.extend(role(
+        "Role",
+        "kix-tenant",
+        Some(namespace),
+        json!([
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]),
+    ));
+    items.extend(role(
+        "Role",
+        &format!("kix-tenant-{namespace}"),
+        Some("kube-system"),
+        json!([
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["*"]}]),
+    ));
+    items.extend(role("ClusterRole", &format!("kix-tenant-{namespace}"), None, json!([
+        {"apiGroups": ["kix.run"], "resources": ["*"], "verbs": ["*"]},
+        {"apiGroups": ["", "rbac.authorization.k8s.io", "apiextensions.k8s.io"],
+         "resources": ["configmaps", "namespaces", "clusterrolebindings", "customresourcedefinitions"],
+         "verbs": ["get", "list", "watch"]}])));
+    json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+}
+
+fn tenant_tree(root: &Path, cluster: &str, namespace: &str, extra: Option<&str>) -> String {
+    let mut files = vec![(
+        "cm.yaml".to_string(),
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings}}\ndata: {{value: one}}\n"
+        )
+        .into_bytes(),
+    )];
+    if let Some(extra) = extra {
+        files.push(("extra.yaml".to_string(), extra.as_bytes().to_vec()));
+    }
+    common::write_tree(
+        root,
+        cluster,
+        &[common::Pkg {
+            name: "web".into(),
+            depends_on: vec![],
+            namespace: namespace.into(),
+            files,
+        }],
+    );
+    let kix_json = root.join("kix.json");
+    let mut head: Value =
+        serde_json::from_str(&std::fs::read_to_string(&kix_json).expect("kix.json")).expect("json");
+    head["settings"]["serviceAccount"] = json!({"namespace": namespace, "name": "kix"});
+    std::fs::write(&kix_json, head.to_string()).expect("kix.json");
+    common::add_to_store(root)
+}
+
+const CLUSTER_ADMIN_BINDING: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: tenant-takes-over}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\nsubjects: [{kind: User, name: mallory, apiGroup: rbac.authorization.k8s.io}]\n";
+
+/// A build that names a ServiceAccount is deployed by the CLI acting as
+/// that account: its writes are the account's in the audit log, the record
+/// names it, and a build reaching past its rights changes nothing.
+#[tokio::test]
+async fn a_local_deploy_acts_as_the_account_its_build_names() {
+    let env = kix_testkit::TestEnv::new("tenant-cli").await.expect("env");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rbac = dir.path().join("rbac.json");
+    std::fs::write(&rbac, tenant_rbac(&env.namespace, "kix")).expect("rbac");
+    env.kubectl(&["apply", "-f", rbac.to_str().expect("utf8")])
+        .expect("tenant RBAC");
+    let user = format!("system:serviceaccount:{}:kix", env.namespace);
+    let admin = kix_testkit::kubeconfig_path();
+    let gcroots = dir.path().join("gcroots");
+    let cp_dir = kix_testkit::control_plane_dir();
+
+    let good = tenant_tree(&dir.path().join("good"), &env.cluster, &env.namespace, None);
+    let mark = common::audit_mark(&cp_dir);
+    let run = common::run(common::kix(&admin, &gcroots).args([
+        "deploy",
+        &env.cluster,
+        "--path",
+        &good,
+        "--yes",
+    ]));
+    assert_eq!(run.code, Some(0), "deploy as the tenant: {run}");
+    let writes = writes_as(mark, &user);
+    assert!(
+        writes
+            .iter()
+            .any(|(w, code)| w == "patch configmaps/settings" && *code < 300),
+        "the ConfigMap was written acting as {user}: {writes:?}"
+    );
+    let records = common::records(&env.client, &env.cluster).await;
+    assert_eq!(
+        records
+            .last()
+            .and_then(|r| r.spec.service_account.as_ref())
+            .map(ToString::to_string),
+        Some(format!("{}/kix", env.namespace)),
+        "the record names the account"
+    );
+
+    // The same build plus a ClusterRoleBinding to cluster-admin: refused
+    // before any write, naming what the account may not do.
+    let bad = tenant_tree(
+        &dir.path().join("bad"),
+        &env.cluster,
+        &env.namespace,
+        Some(CLUSTER_ADMIN_BINDING),
+    );
+    let mark = common::audit_mark(&cp_dir);
+    let run = common::run(common::kix(&admin, &gcroots).args([
+        "deploy",
+        &env.cluster,
+        "--path",
+        &bad,
+        "--yes",
+    ]));
+    assert_eq!(
+        run.code,
+        Some(1),
+        "a tenant's cluster-admin binding was deployed: {run}"
+    );
+    let text = run.to_string();
+    assert!(
+        text.contains("clusterrolebindings") && text.contains(&user),
+        "the error names the kind and the account: {text}"
+    );
+    let writes = writes_as(mark, &user);
+    assert!(
+        writes.is_empty(),
+        "no write acting as the tenant: {writes:?}"
+    );
+    let bindings = env
+        .kubectl(&[
+            "get",
+            "clusterrolebinding",
+            "tenant-takes-over",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ])
+        .expect("kubectl");
+    assert!(bindings.trim().is_empty(), "the binding exists: {bindings}");
+}

@@ -33,6 +33,10 @@ pub enum EngineError {
     Api(#[from] kube::Error),
     #[error("Activation records: {0}")]
     Records(String),
+    #[error(
+        "the apiserver refuses the deploy's account what the plan would write (nothing was changed): {0}"
+    )]
+    NoPermission(String),
     #[error("the plan needs --accept-migrations: {0}")]
     NeedsAcceptance(String),
     #[error(

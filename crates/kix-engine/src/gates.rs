@@ -42,6 +42,9 @@ pub enum Refusal {
         expected: String,
         found: String,
     },
+    /// Objects the deploy's account may not write (`"<object>: <apiserver's
+    /// message>"`).
+    NoPermission(Vec<String>),
     /// Fields other managers own, not to be taken (`"<object> (<fields>)"`).
     Conflicts(Vec<String>),
     /// Stored CRD versions the build drops: the apiserver would refuse it.
@@ -61,6 +64,7 @@ pub type Verdict<E = Refusal> = std::result::Result<(), E>;
 /// anything, in the order they are asked: the first refusal wins.
 pub fn deploy(plan: &Plan, build_objects: usize, consents: &Consents) -> Verdict {
     current_activation(plan, consents.current_activation.as_deref())?;
+    rights(plan)?;
     conflicts(
         plan,
         consents.force_conflicts,
@@ -90,6 +94,29 @@ pub fn current_activation(plan: &Plan, expected: Option<&str>) -> Verdict {
         expected: expected.to_string(),
         found: found.to_string(),
     })
+}
+
+/// Rights: every object the deploy would write, the apiserver let its
+/// account write in the plan's dry run. A tenant's build reaching past its
+/// account's rights is refused before any change, naming each object and
+/// what the account may not do (the apiserver's words).
+pub fn rights(plan: &Plan) -> Verdict {
+    let refused: Vec<String> = plan
+        .objects()
+        .filter(|o| o.action.writes())
+        .filter_map(|o| {
+            let reason = o
+                .note
+                .as_deref()?
+                .strip_prefix(crate::plan::NOTE_NO_PERMISSION)?;
+            Some(format!("{}{reason}", o.key))
+        })
+        .collect();
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(Refusal::NoPermission(refused))
+    }
 }
 
 /// Conflicts: all refused without `force`; with it, those with other Kix
@@ -189,6 +216,7 @@ impl Refusal {
                 expected,
                 found,
             },
+            Refusal::NoPermission(objects) => EngineError::NoPermission(objects.join("; ")),
             Refusal::Conflicts(objects) => EngineError::Conflicts(objects.join(", ")),
             Refusal::CrdStoredVersions(refused) => {
                 EngineError::CrdStoredVersion(refused.join("; "))
@@ -312,6 +340,40 @@ mod tests {
             plan.digest,
             "c6a410cb9817f79a72638fd98b228abb2e7fdefa3cf73af2104726110356b519"
         );
+    }
+
+    #[test]
+    fn rights_refuses_each_object_the_account_may_not_write() {
+        let forbidden = |kind: &str, name: &str, action: Action| {
+            let mut o = object(kind, name, action);
+            o.note = Some(format!(
+                "{}: User \"system:serviceaccount:web:kix\" cannot patch resource \"{kind}\"",
+                crate::plan::NOTE_NO_PERMISSION
+            ));
+            o
+        };
+        assert_eq!(rights(&plan(unchanged(2), vec![])), Ok(()));
+        // Unchanged objects are not written: what the account may not do to
+        // them does not matter.
+        let plan_ = plan(
+            vec![
+                forbidden("ConfigMap", "a", Action::Update),
+                forbidden("Secret", "b", Action::Unchanged),
+                forbidden("Service", "c", Action::Create),
+            ],
+            vec![],
+        );
+        assert_eq!(
+            rights(&plan_),
+            Err(Refusal::NoPermission(vec![
+                "ConfigMap web/a: User \"system:serviceaccount:web:kix\" cannot patch resource \"ConfigMap\"".into(),
+                "Service web/c: User \"system:serviceaccount:web:kix\" cannot patch resource \"Service\"".into(),
+            ]))
+        );
+        assert!(matches!(
+            deploy(&plan_, 3, &Consents::default()),
+            Err(Refusal::NoPermission(_))
+        ));
     }
 
     #[test]

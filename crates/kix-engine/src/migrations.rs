@@ -889,6 +889,8 @@ mod tests {
             packages: vec![package("2.0.0", vec![migration("1.0.0", "2.0.0")])],
             secrets: Vec::new(),
             plaintext_secrets_allowed: Default::default(),
+            secrets_decrypted: false,
+            secret_digest_keys: Default::default(),
         };
         let labels = |pis: &[PackageInstance]| {
             crossed(&build, pis)

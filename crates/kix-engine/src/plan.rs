@@ -317,6 +317,11 @@ pub(crate) type KindList = BTreeMap<(String, String), (kube::discovery::ApiResou
 /// Objects per page of a LIST of full objects (reconcile mode).
 const FULL_PAGE: u32 = 2_000;
 
+/// The note of an object whose server-side dry-run the apiserver refused
+/// for lack of permission; the apiserver's message (user, verb, resource)
+/// follows it.
+pub const NOTE_NO_PERMISSION: &str = "not checked by server-side dry-run: no permission to patch";
+
 /// How many dry-runs run at once. Each is a round trip the apiserver spends
 /// little CPU on: at 5,000 objects with 500 changes, 32 planned faster than
 /// 16 (bench/notes.md); kix's default apply concurrency is 32 too.
@@ -1159,11 +1164,11 @@ fn checked(
             planned.note = Some(crate::crd_upgrade::NOTE_STORED_REMOVED.into());
             Ok(planned)
         }
-        // A read-only account may plan: the change is shown without the
-        // server's check.
+        // A read-only account (or a tenant reaching past its rights) may
+        // plan: the change is shown without the server's check, and the
+        // rights gate refuses to deploy it.
         Err(kube::Error::Api(status)) if status.code == 403 => {
-            planned.note =
-                Some("not checked by server-side dry-run: no permission to patch".into());
+            planned.note = Some(format!("{NOTE_NO_PERMISSION}: {}", status.message));
             Ok(planned)
         }
         Err(source) => Err(EngineError::Object {
