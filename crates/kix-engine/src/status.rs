@@ -32,7 +32,7 @@ use tokio::sync::{Semaphore, mpsc};
 
 use crate::desired::{Desired, Shapes, desired_objects};
 use crate::error::{EngineError, Result};
-use crate::health::{Health, health};
+use crate::health::{Health, RuleRef, Rules};
 use crate::list_stream;
 use crate::live::{KixAnnotations, KixLabels, Picked, activation_clusters, belongs_to};
 use crate::ownership;
@@ -134,6 +134,10 @@ pub struct ObjectStatus {
     pub health: HealthState,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The CEL health rule that judged it (a built-in one, or the build's
+    /// naming its file); none for kstatus.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
     /// Live and owned by this Kix cluster, but not in the current build.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub extra: bool,
@@ -270,6 +274,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             .collect();
 
     let mut build_state = BuildState::None;
+    let mut rules = Rules::builtin();
     let mut build_packages: Vec<(String, String)> = Vec::new();
     let mut desired: Vec<Desired> = Vec::new();
     if let Some(current) = current {
@@ -283,6 +288,8 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             Ok(build) => match desired_objects(&build, &mut resources, Shapes::Made).await {
                 Ok(d) => {
                     desired = d;
+                    // The reader compiled them: they compile.
+                    rules = build.health_rules().unwrap_or_default();
                     build_packages = build
                         .packages
                         .iter()
@@ -333,10 +340,10 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             return None;
         }
         let verdict = match by_key.get(&l.key) {
-            Some(d) => desired_health(d, &l, item, &manager),
+            Some(d) => desired_health(d, &l, item, &manager, &rules),
             None => Ok(item
                 .deleting_health()
-                .unwrap_or_else(|| live_health(&item.health_view()))),
+                .unwrap_or_else(|| live_health(&item.health_view(), &rules))),
         };
         Some(Judged {
             key: l.key,
@@ -345,7 +352,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             reread: verdict
                 .is_err()
                 .then(|| (item.resource.clone(), item.namespaced)),
-            verdict: verdict.unwrap_or((HealthState::Drifted, None)),
+            verdict: verdict.unwrap_or(Verdict::of(HealthState::Drifted, None)),
         })
     };
     let judged = try_join_all(listings.into_values().map(|l| l.judged(&judge)))
@@ -390,8 +397,8 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             d.key.namespace.clone(),
             d.key.name.clone(),
         );
-        let (health_state, reason) = match mine_live.get(&d.key) {
-            None => (HealthState::Missing, None),
+        let verdict = match mine_live.get(&d.key) {
+            None => Verdict::of(HealthState::Missing, None),
             Some(l) => l.verdict.clone(),
         };
         push(
@@ -399,8 +406,9 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             &d.package,
             ObjectStatus {
                 object,
-                health: health_state,
-                reason,
+                health: verdict.state,
+                reason: verdict.reason,
+                rule: verdict.rule,
                 extra: false,
             },
         );
@@ -412,7 +420,11 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
     extras.sort_by(|a, b| a.package.cmp(&b.package).then_with(|| a.key.cmp(&b.key)));
     let have_build = matches!(build_state, BuildState::Read);
     for l in extras {
-        let (state, reason) = l.verdict.clone();
+        let Verdict {
+            state,
+            reason,
+            rule,
+        } = l.verdict.clone();
         push(
             &mut packages,
             l.package.as_deref().unwrap_or("(no package label)"),
@@ -425,6 +437,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
                 ),
                 health: state,
                 reason,
+                rule,
                 extra: have_build,
             },
         );
@@ -469,10 +482,11 @@ fn desired_health(
     l: &Seen,
     item: &Item,
     manager: &str,
-) -> std::result::Result<(HealthState, Option<String>), ReadWhole> {
+    rules: &Rules,
+) -> std::result::Result<Verdict, ReadWhole> {
     let shared = l.activations.len() > 1;
     if l.digest.as_deref() != Some(d.digest.as_str()) && !shared {
-        return Ok((
+        return Ok(Verdict::of(
             HealthState::Drifted,
             Some("its digest is not the build's: another build or a person changed it".into()),
         ));
@@ -494,7 +508,7 @@ fn desired_health(
         } else {
             String::new()
         };
-        return Ok((
+        return Ok(Verdict::of(
             HealthState::Drifted,
             Some(format!(
                 "changed since kix applied it: {}{more}",
@@ -502,7 +516,7 @@ fn desired_health(
             )),
         ));
     }
-    Ok(live_health(&item.health_view()))
+    Ok(live_health(&item.health_view(), rules))
 }
 
 /// A drifted object seen only by its metadata: what drifted is said from
@@ -557,11 +571,35 @@ async fn judged_whole(
     Ok(out)
 }
 
-fn live_health(value: &Value) -> (HealthState, Option<String>) {
-    match health(value) {
+/// A status row's health, its reason, and the CEL rule that judged it.
+#[derive(Clone, Debug)]
+struct Verdict {
+    state: HealthState,
+    reason: Option<String>,
+    rule: Option<String>,
+}
+
+impl Verdict {
+    fn of(state: HealthState, reason: Option<String>) -> Verdict {
+        Verdict {
+            state,
+            reason,
+            rule: None,
+        }
+    }
+}
+
+fn live_health(value: &Value, rules: &Rules) -> Verdict {
+    let judged = rules.judge(value);
+    let (state, reason) = match judged.health {
         Health::Ready => (HealthState::Ready, None),
         Health::Progressing { reason } => (HealthState::Progressing, Some(reason)),
         Health::Degraded { reason } => (HealthState::Degraded, Some(reason)),
+    };
+    Verdict {
+        state,
+        reason,
+        rule: (judged.rule != RuleRef::Kstatus).then(|| judged.rule.to_string()),
     }
 }
 
@@ -773,7 +811,7 @@ impl<'a> Item<'a> {
 
     /// Deleting, with its finalizers and how long it has waited, when it
     /// has a deletionTimestamp.
-    fn deleting_health(&self) -> Option<(HealthState, Option<String>)> {
+    fn deleting_health(&self) -> Option<Verdict> {
         let meta = &self.lean.metadata;
         let finalizers = meta.finalizers.clone().unwrap_or_default();
         let deletion = crate::live::Deletion::of(meta.deletion_timestamp.as_deref(), &finalizers)?;
@@ -781,7 +819,7 @@ impl<'a> Item<'a> {
             .waited()
             .map(|w| format!(" for {w}"))
             .unwrap_or_default();
-        Some((
+        Some(Verdict::of(
             HealthState::Deleting,
             Some(format!("{}{waited}", deletion.describe())),
         ))
@@ -795,7 +833,7 @@ struct Judged {
     package: Option<String>,
     /// Set when it must be read whole to be judged ([`ReadWhole`]).
     reread: Option<(ApiResource, bool)>,
-    verdict: (HealthState, Option<String>),
+    verdict: Verdict,
 }
 
 /// Objects per batch judged at once (a batch of 2,000 ConfigMaps is ~4 MB).

@@ -164,6 +164,9 @@ pub fn status_text(
             if let Some(reason) = &o.reason {
                 let _ = write!(line, ": {reason}");
             }
+            if let Some(rule) = &o.rule {
+                let _ = write!(line, " (rule: {rule})");
+            }
             let _ = writeln!(out, "{line}");
         }
         if hidden > 0 {
