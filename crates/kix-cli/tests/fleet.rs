@@ -235,9 +235,18 @@ async fn three_waves(dir: &Path, gcroots: &Path, members: &[Member], v1: &str) {
         );
     }
 
+    // A saved fleet plan: deployed as reviewed (no question), and refused
+    // once the members moved.
+    let saved = dir.join("f1.plan.json");
+    let saved = saved.to_str().expect("utf8");
     let out = run(&mut kix_fleet(
         gcroots,
-        &["deploy", "prod", "--path", &f1, "--yes"],
+        &["plan", "prod", "--path", &f1, "--summary", "--out", saved],
+    ));
+    assert_eq!(out.code, Some(0), "{out}");
+    let out = run(&mut kix_fleet(
+        gcroots,
+        &["deploy", "prod", "--path", &f1, "--plan", saved],
     ));
     assert_eq!(out.code, Some(0), "{out}");
     assert!(out.stdout.contains("every member Active"), "{out}");
@@ -259,6 +268,12 @@ async fn three_waves(dir: &Path, gcroots: &Path, members: &[Member], v1: &str) {
     let out = run(&mut kix_fleet(gcroots, &["status", "prod", "--path", &f1]));
     assert_eq!(out.code, Some(0), "{out}");
     assert_eq!(out.stdout.matches("current").count(), 3, "{out}");
+    let out = run(&mut kix_fleet(
+        gcroots,
+        &["deploy", "prod", "--path", &f1, "--plan", saved],
+    ));
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(out.stderr.contains("no longer what a deploy would do"), "{out}");
 }
 
 async fn resume_after_kill(dir: &Path, gcroots: &Path, members: &[Member], v2: &str) {

@@ -271,3 +271,88 @@ async fn plan_target(
         build: Arc::new(target),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Record `web-<n>` of `path` in `phase`, of `rollout` when given.
+    fn record(n: u64, path: &str, phase: &str, rollout: Option<&str>) -> Activation {
+        let mut labels = json!({"kix.run/cluster": "web"});
+        if let Some(r) = rollout {
+            labels["kix.run/fleet"] = json!("prod");
+            labels["kix.run/fleet-rollout"] = json!(r);
+            labels["kix.run/fleet-action"] = json!("deploy");
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "kix.run/v1alpha1", "kind": "Activation",
+            "metadata": {"name": format!("web-{n}"), "labels": labels},
+            "spec": {"cluster": "web", "engine": "local", "source": {"path": path},
+                     "receipt": {"user": "u", "host": "h", "kixVersion": "0", "time": "2026-01-01T00:00:00Z",
+                                 "planDigest": "d"}},
+            "status": {"phase": phase},
+        }))
+        .expect("an Activation")
+    }
+
+    fn target(records: &[Activation]) -> Result<(String, String), String> {
+        match find_target(records, "prod", &RolloutId("r2".into())) {
+            Found::Target { from, to } => Ok((from, to.name_any())),
+            Found::Skip(why) => Err(format!("skip: {why}")),
+            Found::Refuse(why) => Err(format!("refuse: {why}")),
+        }
+    }
+
+    #[test]
+    fn a_member_goes_back_to_the_applied_build_before_the_rollout() {
+        let records = [
+            record(1, "/a", "Superseded", None),
+            record(2, "/b", "Superseded", Some("r1")),
+            record(3, "/b", "Superseded", None),
+            record(4, "/c", "Active", Some("r2")),
+        ];
+        // web-3 has the same build as web-2; the newest applied one is taken.
+        assert_eq!(target(&records), Ok(("web-4".into(), "web-3".into())));
+    }
+
+    #[test]
+    fn a_failed_deploy_of_the_rollout_goes_back_to_the_current_build() {
+        let records = [
+            record(1, "/a", "Superseded", None),
+            record(2, "/b", "Active", None),
+            record(3, "/c", "Failed", Some("r2")),
+        ];
+        assert_eq!(target(&records), Ok(("web-3".into(), "web-2".into())));
+    }
+
+    #[test]
+    fn members_that_did_not_take_it_or_moved_on_are_left_alone() {
+        let untouched = [record(1, "/a", "Active", Some("r1"))];
+        assert_eq!(
+            target(&untouched),
+            Err("skip: did not take the rollout".into())
+        );
+        let moved = [
+            record(1, "/a", "Superseded", None),
+            record(2, "/c", "Superseded", Some("r2")),
+            record(3, "/a", "Active", None),
+        ];
+        assert_eq!(
+            target(&moved),
+            Err("skip: deployed again since the rollout: its current activation is web-3".into())
+        );
+    }
+
+    #[test]
+    fn a_member_with_nothing_before_the_rollout_refuses() {
+        let first = [
+            record(1, "/c", "Failed", None),
+            record(2, "/c", "Active", Some("r2")),
+        ];
+        assert_eq!(
+            target(&first),
+            Err("refuse: web-2 took the rollout but has no earlier activation with another build to go back to".into())
+        );
+    }
+}
