@@ -226,6 +226,39 @@ in
     )
   );
 
+  # The example NixOS host (examples/nixos-host.nix) with the real NixOS
+  # module system: its kix-declare units and assertions, toplevel forced.
+  nixos-example-eval =
+    let
+      example =
+        (nixosSystem {
+          specialArgs.kix = self;
+          modules = [
+            self.nixosModules.default
+            ../../examples/nixos-host.nix
+            {
+              nixpkgs.hostPlatform = system;
+              boot.isContainer = true;
+              system.stateVersion = "25.11";
+            }
+          ];
+        }).config;
+      units = builtins.filter (lib.hasPrefix "kix-declare-") (builtins.attrNames example.systemd.services);
+    in
+    assert units == [
+      "kix-declare-apps"
+      "kix-declare-infra"
+      "kix-declare-legacy-tools"
+    ];
+    pkgs.writeText "kix-nixos-example-eval.json" (
+      builtins.unsafeDiscardStringContext (
+        builtins.toJSON {
+          inherit units;
+          toplevel = example.system.build.toplevel.drvPath;
+        }
+      )
+    );
+
   vm-test = import ./vm-test.nix {
     inherit pkgs self system;
     mode = "container";

@@ -41,4 +41,11 @@ in
   );
   exampleHostAssertionsPass = eq [ ] (builtins.filter (a: !a.assertion) config.assertions);
   exampleHostTypeChecks = ok (builtins.deepSeq (common.rendered config) true);
+  # The flake's nixos-example-eval check (nixosSystem with specialArgs.kix),
+  # here through the stand-in.
+  exampleFlakeCheck = eq [
+    "kix-declare-apps"
+    "kix-declare-infra"
+    "kix-declare-legacy-tools"
+  ] (builtins.fromJSON common.self.checks.${common.system}.nixos-example-eval.text).units;
 }

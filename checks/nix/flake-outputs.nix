@@ -209,6 +209,7 @@ in
     "nix-lib-nixpkgs"
     "nix-packaging"
     "nix-parse"
+    "nixos-example-eval"
     "nixos-module-eval"
     "operator-image"
     "vm-test"

@@ -6,9 +6,12 @@
 {
   modules,
   system ? "x86_64-linux",
+  # Module arguments known before the configuration (imports may use them).
+  specialArgs ? { },
   ...
 }:
 lib.evalModules {
+  inherit specialArgs;
   modules = [
     ./nixos-options.nix
     { _module.args.pkgs = pkgsFor system; }
