@@ -15,7 +15,7 @@
 # Flakes evaluate purely, without builtins.currentSystem: the system comes
 # from ./system.nix when present (the tests write it), else x86_64-linux.
 {
-  description = "kix test fixture: a flake with kixClusters and no inputs";
+  description = "kix test fixture: a flake with kixClusters, kixFleets and no inputs";
 
   outputs =
     { self }:
@@ -72,6 +72,14 @@
           name = "not-wrong";
           packages = { };
         };
+      };
+
+      # A fleet of the demo cluster on one context: `kix fleet plan demo`
+      # builds `.#kixFleets.demo`.
+      kixFleets.demo = kix.mkFleet {
+        name = "demo";
+        members.one.build = self.kixClusters.demo;
+        waves = [ [ "one" ] ];
       };
     };
 }
