@@ -136,6 +136,21 @@ pub fn host_declared_warning(current: &Activation) -> Option<String> {
     })
 }
 
+/// For `kix declare`: a warning when another NixOS host declared the
+/// current record: each host's activations replace the other's build.
+pub fn other_host_warning(current: &Activation, host: &str) -> Option<String> {
+    declared_by(current)
+        .filter(|other| *other != host)
+        .map(|other| {
+            format!(
+                "warning: Kix cluster {:?} is declared by NixOS host {other} too ({} names {}): each host's activations replace the other's build; declare it on one host",
+                current.cluster_name(),
+                current.name_any(),
+                current.spec.source.path,
+            )
+        })
+}
+
 /// Prints [`host_declared_warning`] for the record named `current`, if any
 /// (a failed read is no reason to stop a deploy: it is only a warning).
 pub async fn warn_if_host_declared(client: &kube::Client, current: Option<&str>) {
@@ -180,6 +195,15 @@ pub async fn exec(args: DeclareArgs, global: &GlobalArgs) -> anyhow::Result<Exit
         );
         return Ok(ExitCode::SUCCESS);
     }
+    let host = args
+        .declared_by
+        .clone()
+        .unwrap_or_else(|| ReceiptInfo::local().host);
+    if let Some(warning) = kix_engine::records::current(&records, &args.cluster)
+        .and_then(|current| other_host_warning(current, &host))
+    {
+        eprintln!("{warning}");
+    }
     let declaration = decide(&records, &args.cluster, store_path.as_str());
     let from = match &declaration {
         Declaration::Current { record } => {
@@ -216,10 +240,6 @@ pub async fn exec(args: DeclareArgs, global: &GlobalArgs) -> anyhow::Result<Exit
             args.cluster
         );
     }
-    let host = args
-        .declared_by
-        .clone()
-        .unwrap_or_else(|| ReceiptInfo::local().host);
     let options = DeployOptions {
         engine: kix_api::Engine::Operator,
         force_conflicts: plan_options.force_conflicts,
@@ -338,6 +358,31 @@ mod tests {
         assert_eq!(decide(&records, "c", "/nix/store/b"), Declaration::Deploy);
         assert_eq!(decide(&records, "c", "/nix/store/n"), Declaration::Deploy);
         assert_eq!(decide(&[], "c", "/nix/store/n"), Declaration::Deploy);
+    }
+
+    #[test]
+    fn the_cli_and_another_host_are_told_who_declares_the_kix_cluster() {
+        let mut declared = record("c", 2, "/nix/store/b", Phase::Active);
+        let by_cli = declared.clone();
+        declared.metadata.annotations = Some(
+            [(ANNOTATION_DECLARED_BY.to_string(), "edge".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        let warning = host_declared_warning(&declared).expect("a warning");
+        assert!(
+            warning.contains("is declared by NixOS host edge (c-2 names /nix/store/b)"),
+            "{warning}"
+        );
+        assert!(
+            warning.contains("services.kix-operator.clusters.c on edge"),
+            "{warning}"
+        );
+        assert_eq!(host_declared_warning(&by_cli), None);
+        assert_eq!(other_host_warning(&declared, "edge"), None);
+        assert_eq!(other_host_warning(&by_cli, "edge"), None);
+        let other = other_host_warning(&declared, "core").expect("a warning");
+        assert!(other.contains("by NixOS host edge too"), "{other}");
     }
 
     #[test]
