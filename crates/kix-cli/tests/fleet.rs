@@ -264,6 +264,10 @@ async fn three_waves(dir: &Path, gcroots: &Path, members: &[Member], v1: &str) {
         "wave order: {times:?}"
     );
     assert!(rollouts.windows(2).all(|w| w[0] == w[1]), "{rollouts:?}");
+    assert!(
+        gcroots.join("fleet:prod").join(&rollouts[0]).exists(),
+        "the fleet build has a GC root"
+    );
 
     let out = run(&mut kix_fleet(gcroots, &["status", "prod", "--path", &f1]));
     assert_eq!(out.code, Some(0), "{out}");
