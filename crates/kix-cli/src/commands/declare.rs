@@ -184,7 +184,7 @@ pub async fn exec(args: DeclareArgs, global: &GlobalArgs) -> anyhow::Result<Exit
     let (store_path, build, client) = (read.path, read.build, read.client);
     operator::require_records(&client).await?;
     let records = kix_engine::records::list_all_required(&client).await?;
-    // absent = "prune" of a Kix cluster this cluster never had: no record
+    // absent = "prune" of a Kix cluster the Kubernetes cluster never had: no record
     // of a build that was never there.
     if build.object_count() == 0
         && kix_engine::records::of_cluster(&records, &args.cluster).is_empty()
