@@ -1,5 +1,12 @@
 //! The desired state: the build's objects with their API resource, their
 //! namespace settled by the kind's scope, and kix's ownership labels and digest.
+//!
+//! The Secrets of a package's SOPS-encrypted files come decrypted from the
+//! tree reader (with the process's age identities); a build whose files
+//! were not decrypted is refused here, before any plan, so that nothing is
+//! pruned for want of a key. Their digest is keyed (HMAC-SHA256 under a key
+//! derived from the age identity that decrypted the file): a reader of the
+//! live Secret or of a plan cannot test a guess of a value with it.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -9,7 +16,10 @@ use kix_api::{
     ANNOTATION_DIGEST, LABEL_MANAGED_BY, LABEL_OWNER, LABEL_PACKAGE, MANAGED_BY_VALUE, owner_value,
 };
 use kix_manifest::node::{self, Node};
-use kix_manifest::{Build, Object, ObjectKey, canonical_digest, kind_rank};
+use kix_manifest::secrets::kix_sops::{DigestKey, Reason};
+use kix_manifest::{
+    Build, Object, ObjectKey, TreeError, canonical_digest, canonical_json, kind_rank,
+};
 use serde_json::{Value, json};
 
 use crate::error::{EngineError, Result};
@@ -85,6 +95,13 @@ pub async fn desired_objects(
     resources: &mut Resources,
     shapes: Shapes,
 ) -> Result<Vec<Desired>> {
+    // Without its encrypted Secrets the build would prune them.
+    if let Some(secret) = build.secrets.first().filter(|_| !build.secrets_decrypted) {
+        return Err(EngineError::Tree(TreeError::Secret {
+            file: secret.file.clone(),
+            reason: Reason::NoIdentities,
+        }));
+    }
     resources.learn_build_crds(build);
     // Each kind is resolved once (discovery is async); the objects are then
     // made on every core (a manifest read, stamped and hashed each).
@@ -153,7 +170,11 @@ fn desired_object(
         .flat_map(|r| r.fields.iter().cloned())
         .collect();
     let read = Arc::clone(object.manifest_text());
-    let stamped = if handed_off.is_empty() {
+    let secret_key = build
+        .secret_digest_keys
+        .get(&object.source)
+        .filter(|_| kix_manifest::secrets::is_decrypted(object));
+    let stamped = if handed_off.is_empty() && secret_key.is_none() {
         stamped_node(
             &read,
             &key,
@@ -172,6 +193,7 @@ fn desired_object(
             &handed_off,
             &object.package,
             known,
+            secret_key,
         )
     });
     Desired {
@@ -190,7 +212,8 @@ fn desired_object(
 }
 
 /// The digest of the manifest as applied, and its shape when `known` is
-/// given, made on the manifest [`Desired::manifest`] applies.
+/// given, made on the manifest [`Desired::manifest`] applies. With
+/// `secret_key` (a decrypted Secret), the digest is keyed by it.
 fn stamped_value(
     read: &str,
     key: &ObjectKey,
@@ -198,10 +221,14 @@ fn stamped_value(
     handed_off: &[String],
     package: &str,
     known: Option<&mut KnownShapes>,
+    secret_key: Option<&DigestKey>,
 ) -> (String, Option<Arc<str>>) {
     let mut manifest = settled(read, key, namespaced, handed_off);
     stamp_labels(&mut manifest, key, package);
-    let digest = canonical_digest(&manifest);
+    let digest = match secret_key {
+        Some(secret_key) => secret_key.digest_hex(canonical_json(&manifest).as_bytes()),
+        None => canonical_digest(&manifest),
+    };
     // The shape is of the manifest as applied, digest annotation included.
     let shape = known.map(|known| {
         stamp_digest(&mut manifest, &digest);
@@ -380,7 +407,7 @@ mod tests {
                 .expect("a manifest's text");
             let mut known = KnownShapes::default();
             let (value_digest, value_shape) =
-                stamped_value(&read, &key, namespaced, &[], &package, Some(&mut known));
+                stamped_value(&read, &key, namespaced, &[], &package, Some(&mut known), None);
             prop_assert_eq!(digest, value_digest);
             prop_assert!(shape.is_some());
             prop_assert_eq!(shape.as_deref(), value_shape.as_deref());
@@ -403,10 +430,33 @@ mod tests {
         // "kix.run/owner":"1ddd905bd1fd2e0b3e20e9824469b5a12e408984",
         // "kix.run/package":"web"},"name":"a","namespace":"ns"}}.
         let known = "e2e19a6194ab9819f0cc75346a950c5209e9eed1b4dedb7d5cc2d76868736c6b";
-        let (digest, _) = stamped_value(read, &key, true, &[], "web", None);
+        let (digest, _) = stamped_value(read, &key, true, &[], "web", None, None);
         assert_eq!(digest, known);
         let (fast, shape) = stamped_node(read, &key, true, "web", None).expect("json");
         assert_eq!(fast, known);
         assert_eq!(shape, None);
+    }
+
+    /// A decrypted Secret's digest is keyed: not the bare digest of its
+    /// manifest, different under another key, the same under the same one.
+    #[test]
+    fn a_secret_digest_is_keyed() {
+        let read = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"db"},"stringData":{"password":"guess-me"}}"#;
+        let key = ObjectKey {
+            group: String::new(),
+            kind: "Secret".into(),
+            namespace: Some("app".into()),
+            name: "db".into(),
+        };
+        let digest_with = |secret: Option<&DigestKey>| {
+            stamped_value(read, &key, true, &[], "app", None, secret).0
+        };
+        let one = DigestKey::from_bytes([1; 32]);
+        let two = DigestKey::from_bytes([2; 32]);
+        let bare = digest_with(None);
+        assert_ne!(digest_with(Some(&one)), bare);
+        assert_ne!(digest_with(Some(&one)), digest_with(Some(&two)));
+        assert_eq!(digest_with(Some(&one)), digest_with(Some(&one)));
+        assert_eq!(digest_with(Some(&one)).len(), bare.len());
     }
 }

@@ -43,7 +43,7 @@ pub enum TreeError {
     Unparsable { file: PathBuf, message: String },
     /// A file of a package's `secrets/` that is not a SOPS file kix can
     /// decrypt (checked without a key: format, metadata, age recipients).
-    #[error("{}: not a SOPS file kix can decrypt: {reason}", file.display())]
+    #[error("{}: {reason}", file.display())]
     Secret {
         file: PathBuf,
         reason: kix_sops::Reason,

@@ -17,6 +17,7 @@
 use std::path::Component;
 use std::sync::{Arc, OnceLock};
 
+pub use kix_sops;
 use kix_sops::Identities;
 use serde_json::{Value, json};
 

@@ -32,6 +32,11 @@ impl DigestKey {
         DigestKey(Zeroizing::new(hash.finalize().into()))
     }
 
+    /// A key of these bytes (for tests, and keys kept elsewhere).
+    pub fn from_bytes(bytes: [u8; 32]) -> DigestKey {
+        DigestKey(Zeroizing::new(bytes))
+    }
+
     /// HMAC-SHA256 of `text` under this key, in lower-case hex.
     pub fn digest_hex(&self, text: &[u8]) -> String {
         let mut mac = match Hmac::<Sha256>::new_from_slice(self.0.as_slice()) {

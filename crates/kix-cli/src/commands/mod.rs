@@ -53,6 +53,11 @@ pub struct GlobalArgs {
     /// Kubeconfig context to use.
     #[arg(long, global = true)]
     pub context: Option<String>,
+    /// An age identity file (as age-keygen writes it) to decrypt the build's
+    /// SOPS-encrypted Secrets with, in memory; repeatable. Default: what sops
+    /// reads: $SOPS_AGE_KEY_FILE, $SOPS_AGE_KEY, ~/.config/sops/age/keys.txt.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub age_identity: Vec<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -108,6 +113,7 @@ pub enum Command {
 }
 
 pub async fn exec(cli: Cli) -> anyhow::Result<ExitCode> {
+    use_age_identities(&cli.global)?;
     match cli.command {
         Command::Build(args) => build::exec(args, &cli.global).await,
         Command::Validate(args) => validate::exec(args, &cli.global).await,
@@ -124,4 +130,31 @@ pub async fn exec(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Completions(args) => completions::exec(args, &cli.global).await,
         Command::Man(args) => completions::exec_man(args, &cli.global).await,
     }
+}
+
+/// The age identities every build this process reads is decrypted with:
+/// `--age-identity`, else those sops would find (a broken sops variable is
+/// then only a warning: it matters only to a build with encrypted Secrets,
+/// which is refused for want of a key, naming the file).
+fn use_age_identities(global: &GlobalArgs) -> anyhow::Result<()> {
+    use kix_manifest::secrets::kix_sops::Identities;
+    let identities = if global.age_identity.is_empty() {
+        match Identities::from_env() {
+            Ok(identities) => identities,
+            Err(err) => {
+                tracing::warn!("not using the sops age identities of the environment: {err}");
+                return Ok(());
+            }
+        }
+    } else {
+        let mut all = Identities::default();
+        for path in &global.age_identity {
+            all.extend(Identities::from_file(path)?);
+        }
+        all
+    };
+    if !identities.is_empty() {
+        kix_manifest::secrets::use_age_identities(identities);
+    }
+    Ok(())
 }
