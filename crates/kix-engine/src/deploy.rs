@@ -18,9 +18,9 @@ use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 use tracing::{info, warn};
 
+use crate::changes::ChangeSet;
 use crate::desired::Desired;
 use crate::error::{EngineError, Result};
-use crate::health::health;
 use crate::lease::{DeployLease, LeaseOptions};
 use crate::order::{Group, Order, Step};
 use crate::ownership;
@@ -55,14 +55,8 @@ impl OnError {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PruneMode {
-    #[default]
-    Background,
-    Foreground,
-    Orphan,
-}
+pub use crate::events::Event;
+pub use crate::prune::PruneMode;
 
 /// Who deploys from where; recorded in the Activation's receipt.
 #[derive(Debug, Clone, Default)]
@@ -186,63 +180,6 @@ impl Default for DeployOptions {
     }
 }
 
-/// What the engine reports while it works; front ends render it.
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "event", rename_all = "camelCase")]
-pub enum Event {
-    Recorded {
-        activation: String,
-    },
-    GroupStarted {
-        group: Group,
-        objects: usize,
-    },
-    Applied {
-        group: Group,
-        key: String,
-        action: Action,
-    },
-    ApplyFailed {
-        group: Group,
-        key: String,
-        error: String,
-    },
-    Waiting {
-        group: Group,
-        pending: Vec<String>,
-    },
-    Healthy {
-        group: Group,
-        elapsed_ms: u64,
-    },
-    Unhealthy {
-        group: Group,
-        reasons: Vec<String>,
-    },
-    Skipped {
-        group: Group,
-        reason: String,
-    },
-    Pruned {
-        key: String,
-        action: Action,
-    },
-    PruneFailed {
-        key: String,
-        error: String,
-    },
-    /// The DELETE was accepted; the object waits for its finalizers.
-    PruneDeleting {
-        key: String,
-        finalizers: Vec<String>,
-    },
-    Finished {
-        activation: String,
-        phase: Phase,
-        message: String,
-    },
-}
-
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeployOutcome {
@@ -274,9 +211,7 @@ impl DeployOutcome {
 }
 
 pub(crate) fn emit(options: &DeployOptions, event: Event) {
-    if let Some(tx) = &options.events {
-        let _ = tx.send(event);
-    }
+    crate::events::emit(&options.events, event);
 }
 
 /// Refusals that must happen before any change.
@@ -559,14 +494,25 @@ async fn run(
             .health_rules()
             .map_err(|e| kix_manifest::TreeError::HealthRule(Box::new(e)))?,
     };
-    let mut state = RunState::default();
-    let waves = apply_waves(&run, lease, &mut status, &mut packages, &mut state).await?;
+    let mut changes = ChangeSet::default();
+    let waves = apply_waves(&run, lease, &mut status, &mut packages, &mut changes).await?;
     if waves.healthy && options.prune {
         packages.removing(build).await?;
-        crate::prune::prune(client, plan, options, &run.name, &mut status, &mut state).await?;
+        let work = crate::prune::work(plan);
+        if !work.is_empty() {
+            status.set_pending_prune(crate::prune::pending(&work));
+            records::set_status(client, &run.name, &status).await?;
+        }
+        let prune_options = crate::prune::PruneOptions {
+            mode: options.prune_mode,
+            concurrency: options.concurrency,
+            events: &options.events,
+        };
+        changes.merge(crate::prune::prune(client, plan, work, &prune_options).await?);
+        changes.record(&mut status);
         packages.removed(&status.failed_deletions).await?;
     }
-    finish(&run, waves, status, state, &mut packages, started).await
+    finish(&run, waves, status, changes, &mut packages, started).await
 }
 
 /// One deploy under way: what the stages of [`run`] read.
@@ -662,12 +608,12 @@ async fn start_record(
 /// wave apply and wait for health concurrently, one semaphore bounding the
 /// applies in flight across them. The record's progress is written after
 /// each wave.
-async fn apply_waves(
-    run: &Run<'_>,
+async fn apply_waves<'p>(
+    run: &Run<'p>,
     lease: &DeployLease,
     status: &mut kix_api::ActivationStatus,
     packages: &mut crate::packages::PackageRecords,
-    state: &mut RunState,
+    changes: &mut ChangeSet<'p>,
 ) -> Result<Waves> {
     let planned: BTreeMap<&ObjectKey, &PlannedObject> = run
         .plan
@@ -684,27 +630,24 @@ async fn apply_waves(
         if aborted {
             break;
         }
-        let runnable = runnable(run.options, &order, wave, &mut failed_groups, state);
+        let runnable = runnable(run.options, &order, wave, &mut failed_groups, changes);
         if runnable.is_empty() {
             continue;
         }
         lease.check().map_err(EngineError::Lease)?;
         let results = apply_wave(run, &order, &runnable, packages, &planned, &permits).await?;
-        for (i, ok, group_state) in results {
+        for (i, ok, group_changes) in results {
             let group = &order.steps[i].group;
-            let refused = group_state.failed > 0;
-            let mark = state.messages.len();
-            state.applied += group_state.applied;
-            state.failed += group_state.failed;
-            state.healthy += group_state.healthy;
-            state.messages.extend(group_state.messages);
+            let refused = group_changes.failed > 0;
+            let mark = changes.messages.len();
             let result = crate::packages::GroupResult {
                 ok,
-                failed: group_state.failed,
-                healthy: group_state.healthy,
+                failed: group_changes.failed,
+                healthy: group_changes.healthy,
             };
+            changes.merge(group_changes);
             packages
-                .finish(run.plan, group, result, &state.messages[mark..])
+                .finish(run.plan, group, result, &changes.messages[mark..])
                 .await?;
             if !ok {
                 failed_groups.insert(group.clone());
@@ -713,11 +656,7 @@ async fn apply_waves(
                 }
             }
         }
-        let mut progress = status.progress.unwrap_or_default();
-        progress.applied = state.applied;
-        progress.failed = state.failed;
-        progress.healthy = state.healthy;
-        status.progress = Some(progress);
+        changes.record(status);
         records::set_status(run.client, &run.name, status).await?;
     }
     Ok(Waves {
@@ -733,7 +672,7 @@ fn runnable(
     order: &Order<'_, Desired>,
     wave: &[usize],
     failed_groups: &mut BTreeSet<Group>,
-    state: &mut RunState,
+    changes: &mut ChangeSet<'_>,
 ) -> Vec<usize> {
     let mut runnable = Vec::new();
     for &i in wave {
@@ -749,7 +688,7 @@ fn runnable(
                 },
             );
             failed_groups.insert(group.clone());
-            state
+            changes
                 .messages
                 .push(format!("{group} skipped: {dep} is not healthy"));
             continue;
@@ -762,30 +701,30 @@ fn runnable(
 /// One wave: each package's record, then its crossed migrations, in order;
 /// then the objects of the whole wave at once. Returns, per group, whether
 /// it is healthy and what happened.
-async fn apply_wave(
-    run: &Run<'_>,
-    order: &Order<'_, Desired>,
+async fn apply_wave<'p>(
+    run: &Run<'p>,
+    order: &Order<'p, Desired>,
     runnable: &[usize],
     packages: &mut crate::packages::PackageRecords,
-    planned: &BTreeMap<&ObjectKey, &PlannedObject>,
+    planned: &BTreeMap<&'p ObjectKey, &'p PlannedObject>,
     permits: &tokio::sync::Semaphore,
-) -> Result<Vec<(usize, bool, RunState)>> {
-    let (client, options) = (run.client, run.options);
+) -> Result<Vec<(usize, bool, ChangeSet<'p>)>> {
+    let options = run.options;
     let mut migrated = Vec::with_capacity(runnable.len());
     for &i in runnable {
         let group = &order.steps[i].group;
         packages.begin(run.plan, group).await?;
-        migrated.push(crate::migrations::run_group(client, run.plan, group, run.deadline).await);
+        migrated.push(crate::migrations::run_group(run.client, run.plan, group, run.deadline).await);
     }
     let mut applies = Vec::with_capacity(runnable.len());
     for (&i, migrated) in runnable.iter().zip(&migrated) {
         let Step { group, objects, .. } = &order.steps[i];
         applies.push(async move {
             if let Err(failure) = migrated {
-                let group_state = RunState {
+                let group_changes = ChangeSet {
                     failed: 1,
                     messages: vec![format!("{group}: {failure}")],
-                    ..RunState::default()
+                    ..ChangeSet::default()
                 };
                 emit(
                     options,
@@ -795,10 +734,10 @@ async fn apply_wave(
                         error: failure.error.clone(),
                     },
                 );
-                return (i, false, group_state);
+                return (i, false, group_changes);
             }
-            let (ok, group_state) = apply_group(run, group, objects, planned, permits).await;
-            (i, ok, group_state)
+            let (ok, group_changes) = apply_group(run, group, objects, planned, permits).await;
+            (i, ok, group_changes)
         });
     }
     Ok(futures::future::join_all(applies).await)
@@ -811,7 +750,7 @@ async fn finish(
     run: &Run<'_>,
     waves: Waves,
     mut status: kix_api::ActivationStatus,
-    state: RunState,
+    changes: ChangeSet<'_>,
     packages: &mut crate::packages::PackageRecords,
     started: Instant,
 ) -> Result<DeployOutcome> {
@@ -823,7 +762,7 @@ async fn finish(
     } else {
         Phase::Active
     };
-    let message = summary(&state, &status, started.elapsed());
+    let message = summary(&changes, &status, started.elapsed());
     packages
         .settle(&format!("{name} ended {phase} before reaching the package"))
         .await?;
@@ -831,7 +770,7 @@ async fn finish(
     status.message = Some(message.clone());
     status.clear_pending_prune();
     if let Some(p) = status.progress.as_mut() {
-        p.pruned = state.pruned;
+        p.pruned = changes.pruned();
     }
     records::set_status(run.client, name, &status).await?;
     if matches!(phase, Phase::Active | Phase::Degraded) {
@@ -849,9 +788,9 @@ async fn finish(
         activation: Some(name.clone()),
         phase,
         message,
-        applied: state.applied,
-        pruned: state.pruned,
-        failed: state.failed,
+        applied: changes.applied(),
+        pruned: changes.pruned(),
+        failed: changes.failed,
         deleting: status.deleting.clone(),
         deleting_total: status.deleting_total,
         no_op: false,
@@ -865,24 +804,24 @@ async fn finish(
 const MESSAGES_LISTED: usize = 10;
 
 /// The record's message: the counts, or what went wrong.
-fn summary(state: &RunState, status: &kix_api::ActivationStatus, elapsed: Duration) -> String {
+fn summary(changes: &ChangeSet, status: &kix_api::ActivationStatus, elapsed: Duration) -> String {
     let deleting = status.deleting_count();
-    if state.messages.is_empty() && deleting == 0 {
+    if changes.messages.is_empty() && deleting == 0 {
         format!(
             "{} objects applied, {} pruned in {:.1}s",
-            state.applied,
-            state.pruned,
+            changes.applied(),
+            changes.pruned(),
             elapsed.as_secs_f64()
         )
-    } else if state.messages.is_empty() {
+    } else if changes.messages.is_empty() {
         format!(
             "{} objects applied, {} pruned, {deleting} being deleted (waiting for finalizers) in {:.1}s",
-            state.applied,
-            state.pruned,
+            changes.applied(),
+            changes.pruned(),
             elapsed.as_secs_f64()
         )
     } else {
-        joined(&state.messages)
+        joined(&changes.messages)
     }
 }
 
@@ -901,31 +840,21 @@ pub fn joined(messages: &[String]) -> String {
     text
 }
 
-#[derive(Default)]
-pub(crate) struct RunState {
-    pub(crate) applied: u32,
-    pub(crate) healthy: u32,
-    pub(crate) failed: u32,
-    pub(crate) pruned: u32,
-    pub(crate) messages: Vec<String>,
-}
-
 /// Applies one group (rank by rank, bounded parallel; `permits` bounds the
 /// applies in flight across the groups of a wave) and waits for it to be
 /// healthy. Returns false when an object failed or did not become healthy,
 /// with what happened to the group's objects.
-async fn apply_group(
-    run: &Run<'_>,
+async fn apply_group<'p>(
+    run: &Run<'p>,
     group: &Group,
-    objects: &[&Desired],
-    planned: &BTreeMap<&ObjectKey, &PlannedObject>,
+    objects: &[&'p Desired],
+    planned: &BTreeMap<&'p ObjectKey, &'p PlannedObject>,
     permits: &tokio::sync::Semaphore,
-) -> (bool, RunState) {
-    let (client, options) = (run.client, run.options);
-    let mut state = RunState::default();
+) -> (bool, ChangeSet<'p>) {
+    let options = run.options;
     let (writes, mut to_wait) = group_work(objects, planned);
     if writes.is_empty() && to_wait.is_empty() {
-        return (true, state);
+        return (true, ChangeSet::default());
     }
     // A group with nothing to write reports only when it is not healthy.
     let quiet = writes.is_empty();
@@ -939,15 +868,20 @@ async fn apply_group(
         );
     }
     let started = Instant::now();
-    let ok = match apply_ranks(client, group, writes, options, permits, &mut state).await {
-        Ranks::Stopped => return (false, state),
+    let (ranks, mut changes) = apply_ranks(run, group, writes, permits).await;
+    let ok = match ranks {
+        Ranks::Stopped => return (false, changes),
         Ranks::Done { ok, unready } => {
             to_wait.extend(unready);
             ok
         }
     };
-    if !to_wait.is_empty() && !wait_group(run, group, to_wait, quiet, &mut state).await {
-        return (false, state);
+    if !to_wait.is_empty() {
+        let (healthy, waited) = wait_group(run, group, to_wait, quiet).await;
+        changes.merge(waited);
+        if !healthy {
+            return (false, changes);
+        }
     }
     if ok && !quiet {
         emit(
@@ -958,7 +892,7 @@ async fn apply_group(
             },
         );
     }
-    (ok, state)
+    (ok, changes)
 }
 
 /// A group's objects to write, and those to wait for unwritten. Unchanged
@@ -1006,20 +940,20 @@ enum Ranks {
 
 /// Applies a group's writes rank by rank, bounded parallel inside a rank,
 /// a [`crate::order::chunks`] chunk at a time.
-async fn apply_ranks(
-    client: &Client,
+async fn apply_ranks<'p>(
+    run: &Run<'_>,
     group: &Group,
-    writes: Vec<(&Desired, &PlannedObject)>,
-    options: &DeployOptions,
+    writes: Vec<(&'p Desired, &'p PlannedObject)>,
     permits: &tokio::sync::Semaphore,
-    state: &mut RunState,
-) -> Ranks {
+) -> (Ranks, ChangeSet<'p>) {
+    let options = run.options;
+    let mut changes = ChangeSet::default();
     let mut ok = true;
     let mut unready = Vec::new();
     for chunk in crate::order::chunks(crate::order::apply_batches(writes, |(d, _)| d.rank)) {
         let mut applies = Vec::with_capacity(chunk.len());
         for (d, p) in chunk {
-            applies.push(apply_tagged(client, d, p, options, permits));
+            applies.push(apply_tagged(run, d, p, permits));
         }
         let results: Vec<_> = stream::iter(applies)
             .buffer_unordered(options.concurrency.max(1))
@@ -1028,7 +962,11 @@ async fn apply_ranks(
         for (d, p, result) in results {
             match result {
                 Ok(ready) => {
-                    state.applied += 1;
+                    if p.action == Action::Create {
+                        changes.created.push(&d.key);
+                    } else {
+                        changes.configured.push(&d.key);
+                    }
                     emit(
                         options,
                         Event::Applied {
@@ -1038,15 +976,15 @@ async fn apply_ranks(
                         },
                     );
                     if ready {
-                        state.healthy += 1;
+                        changes.healthy += 1;
                     } else {
                         unready.push(wait_target(d));
                     }
                 }
                 Err(error) => {
                     ok = false;
-                    state.failed += 1;
-                    state.messages.push(format!("{}: {error}", d.key));
+                    changes.failed += 1;
+                    changes.messages.push(format!("{}: {error}", d.key));
                     emit(
                         options,
                         Event::ApplyFailed {
@@ -1056,24 +994,25 @@ async fn apply_ranks(
                         },
                     );
                     if options.on_error != OnError::Continue {
-                        return Ranks::Stopped;
+                        return (Ranks::Stopped, changes);
                     }
                 }
             }
         }
     }
-    Ranks::Done { ok, unready }
+    (Ranks::Done { ok, unready }, changes)
 }
 
 /// Waits until the group's objects are healthy, up to `deadline`; false
-/// (with the reasons) when one is degraded or the time ran out.
+/// (with the reasons) when one is degraded or the time ran out. Returns
+/// how many it found healthy and why the others are not.
 async fn wait_group(
     run: &Run<'_>,
     group: &Group,
     to_wait: Vec<WaitTarget>,
     quiet: bool,
-    state: &mut RunState,
-) -> bool {
+) -> (bool, ChangeSet<'static>) {
+    let mut changes = ChangeSet::default();
     let (client, options, deadline) = (run.client, run.options, run.deadline);
     if !quiet {
         emit(
@@ -1093,18 +1032,18 @@ async fn wait_group(
     };
     match wait_healthy(client.clone(), to_wait, wait_options).await {
         Ok(report) if report.is_success() => {
-            state.healthy += report.ready.len() as u32;
-            true
+            changes.healthy += report.ready.len() as u32;
+            (true, changes)
         }
         Ok(report) => {
-            state.healthy += report.ready.len() as u32;
+            changes.healthy += report.ready.len() as u32;
             let reasons = unhealthy_reasons(&report, options);
             let shown = reasons.len().min(MESSAGES_LISTED);
             let mut message = format!("{group}: {}", reasons[..shown].join(", "));
             if reasons.len() > shown {
                 message.push_str(&format!(" and {} more", reasons.len() - shown));
             }
-            state.messages.push(message);
+            changes.messages.push(message);
             emit(
                 options,
                 Event::Unhealthy {
@@ -1112,13 +1051,13 @@ async fn wait_group(
                     reasons,
                 },
             );
-            false
+            (false, changes)
         }
         Err(err) => {
-            state
+            changes
                 .messages
                 .push(format!("{group}: waiting failed: {err}"));
-            false
+            (false, changes)
         }
     }
 }
@@ -1163,10 +1102,9 @@ fn target_name(t: &WaitTarget) -> String {
 }
 
 async fn apply_tagged<'a>(
-    client: &Client,
+    run: &Run<'_>,
     d: &'a Desired,
     p: &'a PlannedObject,
-    options: &DeployOptions,
     permits: &tokio::sync::Semaphore,
 ) -> (
     &'a Desired,
@@ -1177,9 +1115,11 @@ async fn apply_tagged<'a>(
     let _permit = permits.acquire().await;
     // Only whether it is ready is kept: the applied object (managedFields
     // and all) is dropped here, not held until its whole batch is applied.
-    let ready = apply_one(client, d, p, options)
+    // Judged by the build's rules too: an object kstatus calls ready may
+    // not be by its rule, and is then waited for.
+    let ready = apply_one(run.client, d, p, run.options)
         .await
-        .map(|applied| health(&applied).is_ready());
+        .map(|applied| run.rules.judge(&applied).health.is_ready());
     (d, p, ready)
 }
 

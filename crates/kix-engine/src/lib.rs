@@ -11,6 +11,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod budget;
+pub mod changes;
 pub mod contents;
 pub mod crd_upgrade;
 pub mod deploy;
@@ -18,6 +19,7 @@ pub mod desired;
 pub mod diff;
 pub mod duration;
 pub mod error;
+pub mod events;
 pub mod gates;
 pub mod gc;
 pub mod health;
@@ -26,6 +28,7 @@ mod list_stream;
 pub mod live;
 pub mod migrations;
 pub mod order;
+pub mod operator_record;
 pub mod ownership;
 pub mod packages;
 mod parallel;

@@ -84,7 +84,7 @@ impl Deletion {
     /// How long it has waited (`3m20s`), when its deletionTimestamp is known.
     pub fn waited(&self) -> Option<String> {
         let secs = (Utc::now() - self.since?).num_seconds().max(0);
-        Some(crate::prune::human_duration(secs))
+        Some(human_duration(secs))
     }
 }
 
@@ -391,6 +391,16 @@ pub fn belongs_to(activation: &str, cluster: &str, clusters: &BTreeMap<String, S
     match clusters.get(activation) {
         Some(c) => c == cluster,
         None => kix_api::Activation::sequence_in(activation, cluster).is_some(),
+    }
+}
+
+/// `45s`, `3m20s`, `2h5m`, `3d4h`: how long something has waited.
+pub fn human_duration(secs: i64) -> String {
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m{}s", s / 60, s % 60),
+        s if s < 86400 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
+        s => format!("{}d{}h", s / 86400, (s % 86400) / 3600),
     }
 }
 

@@ -1,54 +1,76 @@
 //! The prune stage of a deploy: deleting what the build no longer has.
 //!
-//! Before the first deletion the Activation says how many objects go and
-//! names the first few (`pendingPrune`, `pendingPruneTotal`): a count, so
-//! the record stays small however many objects the prune deletes. Nothing
+//! Before the first deletion the deploy writes on the Activation how many
+//! objects go and names the first few ([`pending`]: `pendingPrune`,
+//! `pendingPruneTotal`): a count, so the record stays small however many
+//! objects the prune deletes. The stage itself writes no record: it
+//! returns what it did ([`ChangeSet`]). Nothing
 //! resumes from it: an interrupted prune is planned again from the objects'
 //! own labels and annotations. Objects go in reverse apply order, rank by
 //! rank, bounded parallel inside a rank.
 
 use futures::{StreamExt, stream};
-use kix_api::{ActivationStatus, DELETING_LISTED, DeletingObject, FailedDeletion, ObjectRef};
+use kix_api::{DeletingObject, FailedDeletion, ObjectRef};
 use kube::Client;
 use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
+use serde::Serialize;
 
-use crate::deploy::{DeployOptions, Event, PruneMode, RunState, emit};
+use crate::changes::ChangeSet;
 use crate::error::Result;
+use crate::events::{Event, Events, emit};
 use crate::live::Deletion;
 use crate::plan::{Action, Plan, PlannedObject};
-use crate::records;
 
-pub(crate) async fn prune(
-    client: &Client,
-    plan: &Plan,
-    options: &DeployOptions,
-    name: &str,
-    status: &mut kix_api::ActivationStatus,
-    state: &mut RunState,
-) -> Result<()> {
-    // Objects already being deleted are waited for, never sent DELETE again.
-    let mut deleting = deleting_in(plan);
-    let work: Vec<&PlannedObject> = plan
-        .prune
+/// How a prune deletes: its own settings, not the deploy's.
+pub(crate) struct PruneOptions<'a> {
+    pub mode: PruneMode,
+    /// Deletions in flight at once inside a rank.
+    pub concurrency: usize,
+    pub events: &'a Events,
+}
+
+/// The objects of `plan` a prune acts on: its deletions, and the shared
+/// objects whose activations entry goes.
+pub fn work(plan: &Plan) -> Vec<&PlannedObject> {
+    plan.prune
         .iter()
         .filter(|o| {
             o.action == Action::Delete || o.note.as_deref() == Some(crate::plan::NOTE_SHARED)
         })
-        .collect();
+        .collect()
+}
+
+/// The record's `pendingPrune`: what `work` deletes, written before the
+/// first deletion for a reader of the record (a rerun plans again from the
+/// objects).
+pub fn pending(work: &[&PlannedObject]) -> impl Iterator<Item = ObjectRef> {
+    work.iter()
+        .filter(|o| o.action == Action::Delete)
+        .map(|o| object_ref(o))
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+/// Deletes `work` (from [`work`]) in reverse apply order, rank by rank,
+/// bounded parallel inside a rank. Returns what it did: the objects
+/// deleted, those held by finalizers (the plan's own included), those it
+/// could not delete.
+pub(crate) async fn prune<'p>(
+    client: &Client,
+    plan: &'p Plan,
+    work: Vec<&'p PlannedObject>,
+    options: &PruneOptions<'_>,
+) -> Result<ChangeSet<'p>> {
+    // Objects already being deleted are waited for, never sent DELETE again.
+    let mut changes = ChangeSet {
+        held: Some(deleting_in(plan)),
+        ..ChangeSet::default()
+    };
     if work.is_empty() {
-        set_deleting(status, deleting);
-        return Ok(());
+        return Ok(changes);
     }
-    // Written before the first deletion, for a reader of the record (a rerun
-    // plans again from the objects).
-    status.set_pending_prune(
-        work.iter()
-            .filter(|o| o.action == Action::Delete)
-            .map(|o| object_ref(o)),
-    );
-    records::set_status(client, name, status).await?;
     let mut resources = crate::resources::Resources::new(client.clone());
-    let propagation = match options.prune_mode {
+    let propagation = match options.mode {
         PruneMode::Background => PropagationPolicy::Background,
         PruneMode::Foreground => PropagationPolicy::Foreground,
         PruneMode::Orphan => PropagationPolicy::Orphan,
@@ -80,50 +102,72 @@ pub(crate) async fn prune(
                 .collect()
                 .await;
         for (o, result) in results {
-            match result {
-                Ok(Pruned::Deleting(deletion)) => {
-                    emit(
-                        options,
-                        Event::PruneDeleting {
-                            key: o.key.to_string(),
-                            finalizers: deletion.finalizers.clone(),
-                        },
-                    );
-                    deleting.push(deleting_object(o, deletion));
-                }
-                Ok(Pruned::Gone) => {
-                    if o.action == Action::Delete {
-                        state.pruned += 1;
-                    }
-                    emit(
-                        options,
-                        Event::Pruned {
-                            key: o.key.to_string(),
-                            action: o.action,
-                        },
-                    );
-                }
-                Err(error) => {
-                    status.push_failed_deletion(FailedDeletion {
-                        object: object_ref(o),
-                        reason: error.clone(),
-                    });
-                    state
-                        .messages
-                        .push(format!("could not prune {}: {error}", o.key));
-                    emit(
-                        options,
-                        Event::PruneFailed {
-                            key: o.key.to_string(),
-                            error,
-                        },
-                    );
-                }
-            }
+            record_one(&mut changes, o, result, options.events);
         }
     }
-    set_deleting(status, deleting);
-    Ok(())
+    Ok(changes)
+}
+
+/// What became of `o`, into `changes` and the events.
+fn record_one<'p>(
+    changes: &mut ChangeSet<'p>,
+    o: &'p PlannedObject,
+    result: std::result::Result<Pruned, String>,
+    events: &Events,
+) {
+    match result {
+        Ok(Pruned::Deleting(deletion)) => {
+            emit(
+                events,
+                Event::PruneDeleting {
+                    key: o.key.to_string(),
+                    finalizers: deletion.finalizers.clone(),
+                },
+            );
+            changes
+                .held
+                .get_or_insert_with(Vec::new)
+                .push(deleting_object(o, deletion));
+        }
+        Ok(Pruned::Gone) => {
+            if o.action == Action::Delete {
+                changes.deleted.push(&o.key);
+            }
+            emit(
+                events,
+                Event::Pruned {
+                    key: o.key.to_string(),
+                    action: o.action,
+                },
+            );
+        }
+        Err(error) => {
+            changes.failed_deletions.push(FailedDeletion {
+                object: object_ref(o),
+                reason: error.clone(),
+            });
+            changes
+                .messages
+                .push(format!("could not prune {}: {error}", o.key));
+            emit(
+                events,
+                Event::PruneFailed {
+                    key: o.key.to_string(),
+                    error,
+                },
+            );
+        }
+    }
+}
+
+/// How a prune deletes: what happens to an object's dependents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PruneMode {
+    #[default]
+    Background,
+    Foreground,
+    Orphan,
 }
 
 /// What became of one pruned object.
@@ -153,19 +197,7 @@ fn deleting_object(o: &PlannedObject, deletion: Deletion) -> DeletingObject {
     }
 }
 
-/// Records the objects being deleted on the record's status, at most
-/// [`DELETING_LISTED`] of them (the total beside): the record stays small
-/// however many objects wait. Returns whether the status changed.
-pub fn set_deleting(status: &mut ActivationStatus, mut deleting: Vec<DeletingObject>) -> bool {
-    deleting.sort();
-    let total = deleting.len();
-    deleting.truncate(DELETING_LISTED);
-    let total = (total > DELETING_LISTED).then_some(total as u32);
-    let changed = status.deleting != deleting || status.deleting_total != total;
-    status.deleting = deleting;
-    status.deleting_total = total;
-    changed
-}
+pub use crate::changes::set_deleting;
 
 /// The objects a plan finds being deleted (its `deleting` prune entries).
 pub fn deleting_in(plan: &Plan) -> Vec<DeletingObject> {
@@ -184,15 +216,7 @@ fn deletion_of(meta: &kube::api::ObjectMeta) -> Option<Deletion> {
     )
 }
 
-/// `45s`, `3m20s`, `2h5m`, `3d4h`: how long something has waited.
-pub fn human_duration(secs: i64) -> String {
-    match secs {
-        s if s < 60 => format!("{s}s"),
-        s if s < 3600 => format!("{}m{}s", s / 60, s % 60),
-        s if s < 86400 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
-        s => format!("{}d{}h", s / 86400, (s % 86400) / 3600),
-    }
-}
+pub use crate::live::human_duration;
 
 /// One deletion (or, for a shared object, the removal of this cluster's entry).
 async fn prune_one<'a>(

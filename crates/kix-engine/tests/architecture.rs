@@ -330,11 +330,9 @@ const ENGINE_ARROWS_LEFT: &[(&str, &str)] = &[
     ("contents", "plan"),
     ("crd_upgrade", "plan"),
     ("error", "seal"),
-    ("live", "prune"),
     ("migrations", "plan"),
     ("ownership", "plan"),
     ("packages", "plan"),
-    ("prune", "deploy"),
     ("seal", "plan"),
 ];
 
