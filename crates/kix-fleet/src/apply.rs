@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use kix_api::{Activation, Engine, Phase};
 use kix_engine::deploy::{DeployOptions, Event, OnError, ReceiptInfo};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc::unbounded_channel;
 
@@ -155,14 +155,10 @@ async fn apply_with_operator(
     let mut options = options.clone();
     options.engine = Engine::Operator;
     let spec = kix_engine::deploy::activation_spec(plan, &options);
-    let sequence = Activation::sequence_in(&plan.activation, &plan.cluster).unwrap_or(1);
-    let mut record = Activation::new_record(sequence, spec);
-    labels.set_on(&mut record);
-    let api: Api<Activation> = Api::all(client.clone());
-    let created = api
-        .create(&PostParams::default(), &record)
+    let created = kix_engine::operator_record::create(client, plan, spec, labels.record_meta())
         .await
-        .map_err(|e| format!("creating Activation {}: {e}", record.name_any()))?;
+        .map_err(|e| e.to_string())?;
+    let api: Api<Activation> = Api::all(client.clone());
     let name = created.name_any();
     let started = Instant::now();
     loop {

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use kix_api::Activation;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
-use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use crate::spec::{MemberName, RolloutId};
@@ -59,12 +59,16 @@ impl RolloutLabels {
         ])
     }
 
-    /// Sets them on `record` before it is created (operator members).
-    pub fn set_on(&self, record: &mut Activation) {
-        record.labels_mut().extend(self.labels());
-        record
-            .annotations_mut()
-            .insert(ANNOTATION_FLEET_PATH.to_string(), self.fleet_path.clone());
+    /// The labels and annotation of an operator member's record, set when
+    /// it is created.
+    pub fn record_meta(&self) -> kix_engine::operator_record::RecordMeta {
+        kix_engine::operator_record::RecordMeta {
+            labels: self.labels(),
+            annotations: BTreeMap::from([(
+                ANNOTATION_FLEET_PATH.to_string(),
+                self.fleet_path.clone(),
+            )]),
+        }
     }
 
     /// Adds them to the record the engine has just created (local members).

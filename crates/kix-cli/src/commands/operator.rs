@@ -6,10 +6,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use kix_api::{Activation, ActivationSpec, ActivationStatus, Engine, Phase};
+use kix_api::{Activation, ActivationSpec, ActivationStatus, Phase};
 use kix_engine::plan::{Plan, PlanOptions};
-use kube::api::{Api, ListParams, PostParams};
-use kube::{Client, ResourceExt};
+use kube::api::{Api, ListParams};
+use kube::Client;
 
 /// How often the CLI polls the record, and how long it waits for a terminal phase.
 pub const POLL_EVERY: Duration = Duration::from_secs(2);
@@ -80,70 +80,19 @@ pub async fn create_record(
 }
 
 /// [`create_record`] with annotations on the record (`kix declare`: the
-/// host that declared it).
+/// host that declared it). The record and its checks are the engine's
+/// ([`kix_engine::operator_record`]), which fleets write too.
 pub async fn create_annotated_record(
     client: &Client,
     plan: &Plan,
-    mut spec: ActivationSpec,
+    spec: ActivationSpec,
     annotations: std::collections::BTreeMap<String, String>,
 ) -> anyhow::Result<Activation> {
-    spec.engine = Engine::Operator;
-    let sequence = Activation::sequence_in(&plan.activation, &plan.cluster).unwrap_or(1);
-    let mut record = Activation::new_record(sequence, spec);
-    if !annotations.is_empty() {
-        record.metadata.annotations = Some(annotations);
-    }
-    let api: Api<Activation> = Api::all(client.clone());
-    // An Activation CRD older than this kix drops the receipt fields it does
-    // not know (a saved plan, the accepted deletions): the operator would
-    // act without them. A dry-run create shows what the server keeps.
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
+    let meta = kix_engine::operator_record::RecordMeta {
+        annotations,
+        ..Default::default()
     };
-    let kept = api
-        .create(&dry_run, &record)
-        .await
-        .with_context(|| format!("creating Activation {}", record.name_any()))?;
-    let lost = lost_fields(
-        &serde_json::to_value(&record.spec)?,
-        &serde_json::to_value(&kept.spec)?,
-        "spec",
-    );
-    if !lost.is_empty() {
-        bail!(
-            "the Activation CRD in the cluster is older than this kix: it drops {} from the record, so the operator would not see them; nothing was changed. Upgrade the CRDs with `kix crds | kubectl apply -f -` and the operator to kix {}",
-            lost.join(", "),
-            env!("CARGO_PKG_VERSION")
-        );
-    }
-    api.create(&PostParams::default(), &record)
-        .await
-        .with_context(|| format!("creating Activation {}", record.name_any()))
-}
-
-/// The fields of `sent` that `kept` (what the server stored) lacks, by path.
-fn lost_fields(sent: &serde_json::Value, kept: &serde_json::Value, path: &str) -> Vec<String> {
-    use serde_json::Value;
-    match (sent, kept) {
-        (Value::Object(sent), Value::Object(kept)) => sent
-            .iter()
-            .flat_map(|(key, value)| {
-                let at = format!("{path}.{key}");
-                match kept.get(key) {
-                    None => vec![at],
-                    Some(kept) => lost_fields(value, kept, &at),
-                }
-            })
-            .collect(),
-        (Value::Array(sent), Value::Array(kept)) => sent
-            .iter()
-            .zip(kept)
-            .enumerate()
-            .flat_map(|(i, (sent, kept))| lost_fields(sent, kept, &format!("{path}[{i}]")))
-            .collect(),
-        _ => vec![],
-    }
+    Ok(kix_engine::operator_record::create(client, plan, spec, meta).await?)
 }
 
 /// The plan as the operator will make it: prune on, no `--reconcile`, other
@@ -309,38 +258,5 @@ pub async fn wait_deleted(client: &Client, name: &str, until: Instant) -> anyhow
             );
         }
         tokio::time::sleep(POLL_EVERY).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    /// What an older CRD's structural schema prunes is named by its path;
-    /// what the server adds (defaults) is not a loss.
-    #[test]
-    fn fields_the_server_dropped_are_named_by_path() {
-        let sent = json!({
-            "cluster": "c",
-            "receipt": {"savedPlan": true, "acceptedDeletions": 3, "accepted": {"crdVersions": ["x"]}},
-            "list": [{"a": 1, "b": 2}],
-        });
-        let kept = json!({
-            "cluster": "c",
-            "engine": "operator",
-            "receipt": {"accepted": {}},
-            "list": [{"a": 1}],
-        });
-        assert_eq!(
-            lost_fields(&sent, &kept, "spec"),
-            vec![
-                "spec.receipt.savedPlan",
-                "spec.receipt.acceptedDeletions",
-                "spec.receipt.accepted.crdVersions",
-                "spec.list[0].b",
-            ]
-        );
-        assert!(lost_fields(&sent, &sent, "spec").is_empty());
     }
 }
