@@ -29,7 +29,6 @@ pub mod live;
 pub mod migrations;
 pub mod order;
 pub mod operator_record;
-pub mod operator_record;
 pub mod ownership;
 pub mod packages;
 mod parallel;
