@@ -343,7 +343,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             Some(d) => desired_health(d, &l, item, &manager, &rules),
             None => Ok(item
                 .deleting_health()
-                .unwrap_or_else(|| live_health(&item.health_view(), &rules))),
+                .unwrap_or_else(|| live_health(&item.judged_view(&rules), &rules))),
         };
         Some(Judged {
             key: l.key,
@@ -516,7 +516,7 @@ fn desired_health(
             )),
         ));
     }
-    Ok(live_health(&item.health_view(), rules))
+    Ok(live_health(&item.judged_view(rules), rules))
 }
 
 /// A drifted object seen only by its metadata: what drifted is said from
@@ -734,12 +734,33 @@ impl<'a> Item<'a> {
         }
     }
 
-    /// What health reads of an object: its type, metadata's timestamps
-    /// and generation, spec and status.
+    /// What `rules` judge of the object: the whole object for a kind a CEL
+    /// rule judges (it may read any field: labels, annotations, ...; such
+    /// kinds are few), else the lean [`Item::health_view`].
+    fn judged_view(&self, rules: &Rules) -> Value {
+        if !self.partial
+            && rules.has_cel_rule(&self.resource.group, &self.resource.kind)
+            && let Ok(Value::Object(mut whole)) = serde_json::from_str(self.text.get())
+        {
+            // A LIST's items of built-in kinds come without their type.
+            whole.insert(
+                "apiVersion".into(),
+                self.resource.api_version.clone().into(),
+            );
+            whole.insert("kind".into(), self.resource.kind.clone().into());
+            return Value::Object(whole);
+        }
+        self.health_view()
+    }
+
+    /// What kstatus reads of an object: its type, name, metadata's
+    /// timestamps and generation, spec and status.
     fn health_view(&self) -> Value {
         let meta = &self.lean.metadata;
         let mut metadata = serde_json::Map::new();
         let fields = [
+            ("name", meta.name.clone().map(Value::from)),
+            ("namespace", meta.namespace.clone().map(Value::from)),
             (
                 "creationTimestamp",
                 meta.creation_timestamp.clone().map(Value::from),

@@ -127,6 +127,16 @@ impl Rules {
         }
     }
 
+    /// Whether a CEL rule (the user's, or a built-in one other than a
+    /// guarded wildcard) names this kind: it may read any field of the
+    /// object, so a reader that keeps objects lean should give it whole.
+    pub fn has_cel_rule(&self, group: &str, kind: &str) -> bool {
+        self.user
+            .iter()
+            .chain(builtin::rules().iter())
+            .any(|r| r.needs_condition.is_none() && r.selector.names_kind(group, kind))
+    }
+
     /// Whether an object of this kind is judged by its metadata alone (no
     /// rule of these reads its spec or status): see
     /// [`kstatus::judged_by_metadata`].
