@@ -6,6 +6,7 @@
 //! kinds: the tests write the status a controller would, while kix waits.
 
 mod cli_support;
+mod common;
 
 use std::path::Path;
 use std::process::Stdio;
@@ -43,12 +44,14 @@ fn install_crd(kix: &Kix, group: &str, kind: &str, plural: &str) {
     ]);
 }
 
-/// Starts `kix deploy` of `tree`; the caller writes statuses meanwhile.
-fn start_deploy(kix: &Kix, tree: &Path) -> std::process::Child {
+/// Starts `kix deploy` of `tree` (plus `extra`); the caller writes
+/// statuses meanwhile.
+fn start_deploy(kix: &Kix, tree: &Path, extra: &[&str]) -> std::process::Child {
     kix.cmd()
         .args(["deploy", kix.cluster(), "--path"])
         .arg(tree)
         .args(["--yes", "--timeout", "120s"])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -104,7 +107,7 @@ async fn a_certificate_whose_issuer_is_missing_ends_the_deploy_degraded_in_secon
          spec:\n  secretName: web-tls\n  dnsNames: [web.example.com]\n  issuerRef: {name: missing, kind: Issuer}\n",
         serde_json::json!({}),
     );
-    let deploy = start_deploy(&kix, &tree);
+    let deploy = start_deploy(&kix, &tree, &[]);
     wait_created(&kix, &["certificates.cert-manager.io", "web"]);
     // A Certificate without status is not healthy yet: the deploy waits.
     std::thread::sleep(Duration::from_secs(2));
@@ -158,7 +161,7 @@ async fn a_builds_own_cel_rule_ends_the_deploy_degraded_with_its_message() {
             "message": "'widget ' + self.metadata.name + ': ' + status.?error.orValue('no error')"}]});
     std::fs::write(tree.join("kix.json"), kix_json.to_string()).expect("kix.json");
 
-    let deploy = start_deploy(&kix, &tree);
+    let deploy = start_deploy(&kix, &tree, &[]);
     wait_created(&kix, &[&format!("widgets.{group}"), "w"]);
     write_status(
         &kix,
@@ -194,4 +197,51 @@ async fn a_builds_own_cel_rule_ends_the_deploy_degraded_with_its_message() {
     assert_eq!(row["health"], "Degraded", "{row:#}");
     assert_eq!(row["rule"], "kix.json health[0]", "{row:#}");
     assert_eq!(row["reason"], "widget w: disk full", "{row:#}");
+}
+
+/// A Widget tree whose kix.json declares a rule for Widgets of `group`.
+fn widget_tree(kix: &Kix, group: &str) -> std::path::PathBuf {
+    let tree = kix.tree(
+        "v1",
+        &format!("apiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: w\nspec:\n  size: 1\n"),
+        serde_json::json!({}),
+    );
+    let kix_json = serde_json::json!({"format": 1, "cluster": kix.cluster(), "packages": ["web"],
+        "health": [{"group": group, "kind": "Widget",
+            "current": "status.?phase.orValue('') == 'Running'",
+            "failed": "status.?phase.orValue('') == 'Failed'",
+            "message": "'widget ' + self.metadata.name + ': ' + status.?error.orValue('no error')"}]});
+    std::fs::write(tree.join("kix.json"), kix_json.to_string()).expect("kix.json");
+    tree
+}
+
+#[tokio::test]
+async fn the_operator_judges_with_the_builds_rule_and_fails_the_record_in_seconds() {
+    let kix = Kix::new("health-operator").await;
+    let group = format!("{}.health.kix.test", kix.cluster());
+    install_crd(&kix, &group, "Widget", "widgets");
+    let tree = widget_tree(&kix, &group);
+    let _operator = common::Operator::start(
+        &kix_testkit::kubeconfig_path(),
+        &[kix.cluster()],
+        kix.ns(),
+        &kix_testkit::unique_name("lease"),
+        kix.dir.path().join("operator.log"),
+        None,
+    );
+    let deploy = start_deploy(&kix, &tree, &["--operator"]);
+    wait_created(&kix, &[&format!("widgets.{group}"), "w"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let written = Instant::now();
+    write_status(
+        &kix,
+        &[&format!("widgets.{group}"), "w"],
+        serde_json::json!({"phase": "Failed", "error": "disk full"}),
+    );
+    let (code, output, took) = finish(deploy, written);
+    let log = std::fs::read_to_string(kix.dir.path().join("operator.log")).unwrap_or_default();
+    assert_eq!(code, Some(1), "{output}\noperator log:\n{log}");
+    // The CLI polls the record every 2 s.
+    assert!(took < Duration::from_secs(20), "took {took:?}: {output}");
+    assert!(output.contains("widget w: disk full"), "{output}");
 }
