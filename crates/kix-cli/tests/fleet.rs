@@ -5,8 +5,9 @@
 //! planes start once:
 //!
 //! 1. three waves deploy; plan, status;
-//! 2. a rollout killed (SIGKILL) while its first wave holds resumes: the
-//!    member already Active on the build is not deployed again;
+//! 2. a rollout killed (SIGKILL) in its first wave, as its second member
+//!    starts, resumes: the member already Active on the build is not
+//!    deployed again, the interrupted one is;
 //! 3. a member whose workload cannot become healthy halts the rollout, the
 //!    next wave untouched, exit 1;
 //! 4. that partially rolled-out fleet rolls back, in reverse wave order;
@@ -72,13 +73,26 @@ fn tree(dir: &Path, version: &str, unready: bool) -> String {
     common::add_to_store(&root)
 }
 
-/// A fleet file (what mkFleet builds) added to the store.
+/// A fleet file (what mkFleet builds) added to the store: a wave per
+/// member, in the order given.
 fn fleet(dir: &Path, name: &str, pause: &str, members: &[(&str, &str, &Path, bool)]) -> String {
-    // A wave per member, in the order given.
-    let mut waves: Vec<Vec<&str>> = vec![];
+    let waves: Vec<usize> = (0..members.len()).collect();
+    fleet_in_waves(dir, name, pause, 4, members, &waves)
+}
+
+/// A fleet file whose member i is in wave `waves[i]`.
+fn fleet_in_waves(
+    dir: &Path,
+    name: &str,
+    pause: &str,
+    max_parallel: usize,
+    members: &[(&str, &str, &Path, bool)],
+    waves: &[usize],
+) -> String {
+    let mut wave_list: Vec<Vec<&str>> = vec![vec![]; waves.iter().max().map_or(0, |w| w + 1)];
     let mut spec = serde_json::Map::new();
-    for (wave, (member, build, kubeconfig, operator)) in members.iter().enumerate() {
-        waves.push(vec![member]);
+    for ((member, build, kubeconfig, operator), wave) in members.iter().zip(waves) {
+        wave_list[*wave].push(member);
         spec.insert(
             member.to_string(),
             json!({"build": build, "cluster": CLUSTER, "context": null,
@@ -86,8 +100,8 @@ fn fleet(dir: &Path, name: &str, pause: &str, members: &[(&str, &str, &Path, boo
         );
     }
     let file = dir.join(format!("{name}.json"));
-    let text = json!({"format": 1, "fleet": "prod", "maxParallel": 4, "pause": pause,
-                      "waves": waves, "members": spec});
+    let text = json!({"format": 1, "fleet": "prod", "maxParallel": max_parallel, "pause": pause,
+                      "waves": wave_list, "members": spec});
     std::fs::write(&file, text.to_string()).expect("fleet file");
     common::add_to_store(&file)
 }
@@ -277,7 +291,10 @@ async fn three_waves(dir: &Path, gcroots: &Path, members: &[Member], v1: &str) {
         &["deploy", "prod", "--path", &f1, "--plan", saved],
     ));
     assert_eq!(out.code, Some(1), "{out}");
-    assert!(out.stderr.contains("no longer what a deploy would do"), "{out}");
+    assert!(
+        out.stderr.contains("no longer what a deploy would do"),
+        "{out}"
+    );
 }
 
 async fn resume_after_kill(dir: &Path, gcroots: &Path, members: &[Member], v2: &str) {
@@ -285,34 +302,38 @@ async fn resume_after_kill(dir: &Path, gcroots: &Path, members: &[Member], v2: &
         .iter()
         .map(|m| (m.name, v2, m.kubeconfig.as_path(), false))
         .collect();
-    // A long pause: wave 0 holds while the deploy is killed.
-    let f2 = fleet(dir, "f2", "5m", &spec);
+    // Wave 0 is staging then eu, one at a time; the deploy is killed as
+    // soon as eu's record of v2 exists: mid-wave, eu most likely mid-apply.
+    let f2 = fleet_in_waves(dir, "f2", "0s", 1, &spec, &[0, 0, 1]);
     let mut child = kix_fleet(gcroots, &["deploy", "prod", "--path", &f2, "--yes"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("kix fleet deploy");
-    let staging = &members[0];
+    let [staging, eu, us] = [&members[0], &members[1], &members[2]];
     let started = Instant::now();
-    while current_path(staging).await != v2 {
+    loop {
+        let records = records(&eu.client, CLUSTER).await;
+        if records.iter().any(|r| r.spec.source.path == v2) {
+            break;
+        }
         assert!(
             started.elapsed() < Duration::from_secs(60),
-            "wave 0 never finished"
+            "eu never started"
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     child.kill().expect("SIGKILL");
     let _ = child.wait();
-    assert_ne!(
-        current_path(&members[1]).await,
-        v2,
-        "wave 1 had not started"
-    );
+    assert_eq!(current_path(staging).await, v2, "staging had finished");
+    assert_ne!(current_path(us).await, v2, "wave 1 had not started");
     let before = records(&staging.client, CLUSTER).await.len();
 
+    // The killed run's Lease lapses first.
+    tokio::time::sleep(Duration::from_secs(common::LEASE_SECONDS + 1)).await;
     let out = run(&mut kix_fleet(
         gcroots,
-        &["deploy", "prod", "--path", &f2, "--yes", "--pause", "0s"],
+        &["deploy", "prod", "--path", &f2, "--yes"],
     ));
     assert_eq!(out.code, Some(0), "{out}");
     assert!(
@@ -327,8 +348,16 @@ async fn resume_after_kill(dir: &Path, gcroots: &Path, members: &[Member], v2: &
         "staging was not deployed again"
     );
     for m in members {
-        assert_eq!(current_path(m).await, v2, "{} runs v2", m.name);
+        let record = current(m).await.expect("a current record");
+        assert_eq!(record.spec.source.path, v2, "{} runs v2", m.name);
+        assert_eq!(record.phase(), Some(Phase::Active), "{}", m.name);
     }
+    let eu_records = records(&eu.client, CLUSTER).await;
+    assert!(
+        eu_records.iter().all(|r| r.is_terminal()),
+        "no record of eu is left Pending or Applying: {}",
+        common::phases(&eu_records)
+    );
 }
 
 async fn halt_on_unhealthy(gcroots: &Path, members: &[Member], f3: &str, v2: &str, v3: &str) {

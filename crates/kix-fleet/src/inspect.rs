@@ -68,7 +68,7 @@ pub async fn status(file: &FleetFile, connect: &Connect) -> Result<Vec<MemberSta
         .buffer_unordered(spec.max_parallel.max(1))
         .collect()
         .await;
-    out.sort_by(|a, b| (a.wave, &a.member).cmp(&(b.wave, &b.member)));
+    out.sort_by_key(|m| spec.position(&m.member));
     Ok(out)
 }
 

@@ -160,7 +160,7 @@ pub async fn plan_fleet(
         .buffer_unordered(spec.max_parallel.max(1))
         .collect()
         .await;
-    members.sort_by(|a, b| (a.wave, &a.member).cmp(&(b.wave, &b.member)));
+    members.sort_by_key(|m| spec.position(&m.member));
     let digest = fleet_digest(&members);
     Ok(FleetPlan {
         fleet: spec.fleet.clone(),

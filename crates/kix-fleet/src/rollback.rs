@@ -110,7 +110,7 @@ pub async fn plan_rollback(
             }
         }
     }
-    members.sort_by(|a, b| (a.wave, &a.member).cmp(&(b.wave, &b.member)));
+    members.sort_by_key(|m| spec.position(&m.member));
     let plan = FleetPlan {
         fleet: spec.fleet.clone(),
         path: file.path.display().to_string(),

@@ -181,6 +181,16 @@ impl FleetSpec {
         parse_pause(&self.pause).unwrap_or_default()
     }
 
+    /// Where a member runs: its wave and its place in the wave (a wave's
+    /// members start in the order the wave lists them).
+    pub fn position(&self, member: &MemberName) -> (usize, usize) {
+        self.waves
+            .iter()
+            .enumerate()
+            .find_map(|(w, wave)| wave.iter().position(|m| m == member).map(|i| (w, i)))
+            .unwrap_or((usize::MAX, usize::MAX))
+    }
+
     /// The members of wave `i`, in the wave's order.
     pub fn wave(&self, i: usize) -> impl Iterator<Item = (&MemberName, &MemberSpec)> {
         self.waves
@@ -251,6 +261,8 @@ mod tests {
         let second: Vec<&str> = spec.wave(1).map(|(n, _)| n.0.as_str()).collect();
         assert_eq!(second, ["c", "b"]);
         assert_eq!(spec.wave(2).count(), 0);
+        let b = MemberName("b".into());
+        assert_eq!(spec.position(&b), (1, 1), "b is second in wave 1");
     }
 
     #[test]
