@@ -301,14 +301,16 @@ async fn hold(
     pause: Duration,
     options: &RunOptions,
 ) {
-    for m in members {
-        emit(
-            options,
-            m,
-            Step::Holding {
-                seconds: pause.as_secs(),
-            },
-        );
+    if !pause.is_zero() {
+        for m in members {
+            emit(
+                options,
+                m,
+                Step::Holding {
+                    seconds: pause.as_secs(),
+                },
+            );
+        }
     }
     let started = Instant::now();
     loop {
