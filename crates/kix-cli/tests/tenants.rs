@@ -577,3 +577,249 @@ async fn a_local_deploy_acts_as_the_account_its_build_names() {
         .expect("kubectl");
     assert!(bindings.trim().is_empty(), "the binding exists: {bindings}");
 }
+
+fn deploy_operator(gcroots: &Path, cluster: &str, path: &str) -> common::Run {
+    common::run(common::kix(&kix_testkit::kubeconfig_path(), gcroots).args([
+        "deploy",
+        cluster,
+        "--operator",
+        "--path",
+        path,
+        "--yes",
+    ]))
+}
+
+/// A record written as the admin (a platform subject), as a tenant could
+/// have written it: `spec` of an earlier record, another build.
+async fn write_record(
+    client: &kube::Client,
+    cluster: &str,
+    spec: kix_api::ActivationSpec,
+) -> String {
+    let records = common::records(client, cluster).await;
+    let next = records
+        .iter()
+        .filter_map(|r| r.sequence())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let record = kix_api::Activation::new_record(next, spec);
+    let api: kube::Api<kix_api::Activation> = kube::Api::all(client.clone());
+    api.create(&kube::api::PostParams::default(), &record)
+        .await
+        .expect("creating the record");
+    kix_api::Activation::name_for(cluster, next)
+}
+
+async fn settled(client: &kube::Client, name: &str) -> kix_api::Activation {
+    let api: kube::Api<kix_api::Activation> = kube::Api::all(client.clone());
+    common::poll(
+        &format!("record {name} to reach a terminal phase"),
+        Duration::from_secs(90),
+        Duration::from_millis(300),
+        || {
+            let api = api.clone();
+            async move {
+                api.get(name)
+                    .await
+                    .ok()
+                    .filter(|r| r.is_terminal() || r.phase() == Some(kix_api::Phase::Active))
+            }
+        },
+    )
+    .await
+}
+
+/// Two tenants on one operator running with `--require-service-account`:
+/// each record is applied acting as its account, a build reaching into the
+/// other tenant's namespace is refused with no write, a record naming no
+/// account changes nothing, and deleting a record deletes only what its
+/// account may delete.
+#[tokio::test]
+async fn the_operator_acts_for_each_record_as_its_account() {
+    let mut env = kix_testkit::TestEnv::new("tenant-op").await.expect("env");
+    let (ns_a, ns_b) = (
+        env.namespace.clone(),
+        env.namespace("b").await.expect("ns b"),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    for ns in [&ns_a, &ns_b] {
+        let rbac = dir.path().join(format!("rbac-{ns}.json"));
+        std::fs::write(&rbac, tenant_rbac(ns, "kix")).expect("rbac");
+        env.kubectl(&["apply", "-f", rbac.to_str().expect("utf8")])
+            .expect("tenant RBAC");
+    }
+    let (cluster_a, cluster_b) = (env.cluster.clone(), kix_testkit::unique_name("c-tenant-b"));
+    let cluster_none = kix_testkit::unique_name("c-tenant-none");
+    let (user_a, user_b) = (
+        format!("system:serviceaccount:{ns_a}:kix"),
+        format!("system:serviceaccount:{ns_b}:kix"),
+    );
+    let gcroots = dir.path().join("gcroots");
+    let _operator = common::Operator::start_with(
+        &kix_testkit::kubeconfig_path(),
+        &[&cluster_a, &cluster_b, &cluster_none],
+        // The deploy Leases go there too: the tenants may write Leases there.
+        "kube-system",
+        &kix_testkit::unique_name("lease"),
+        dir.path().join("operator.log"),
+        None,
+        &["--require-service-account"],
+    );
+    let cp_dir = kix_testkit::control_plane_dir();
+
+    // Each tenant deploys through the operator, which writes as its account.
+    let mark = common::audit_mark(&cp_dir);
+    let build_b = tenant_tree(&dir.path().join("b"), &cluster_b, &ns_b, None);
+    let run = deploy_operator(&gcroots, &cluster_b, &build_b);
+    assert_eq!(run.code, Some(0), "tenant b deploys: {run}");
+    let build_a = tenant_tree(&dir.path().join("a1"), &cluster_a, &ns_a, None);
+    let run = deploy_operator(&gcroots, &cluster_a, &build_a);
+    assert_eq!(run.code, Some(0), "tenant a deploys: {run}");
+    for (user, what) in [(&user_a, "a"), (&user_b, "b")] {
+        let writes = writes_as(mark, user);
+        assert!(
+            writes
+                .iter()
+                .any(|(w, code)| w == "patch configmaps/settings" && *code < 300),
+            "tenant {what}'s ConfigMap written acting as {user}: {writes:?}"
+        );
+    }
+    let applied_a = common::records(&env.client, &cluster_a).await;
+    let applied_a = applied_a.last().expect("a's record").clone();
+
+    // A record of tenant a's whose build reaches into b's namespace.
+    let reaching = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings, namespace: {ns_b}}}\ndata: {{value: taken}}\n"
+    );
+    let build_a2 = tenant_tree(&dir.path().join("a2"), &cluster_a, &ns_a, Some(&reaching));
+    let mut spec = applied_a.spec.clone();
+    spec.source.path = build_a2.clone();
+    let mark = common::audit_mark(&cp_dir);
+    let name = write_record(&env.client, &cluster_a, spec).await;
+    let refused = settled(&env.client, &name).await;
+    let message = refused
+        .status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default();
+    assert_eq!(refused.phase(), Some(kix_api::Phase::Failed), "{message}");
+    assert!(
+        message.contains(&format!("ConfigMap {ns_b}/settings")) && message.contains("cannot patch"),
+        "the refusal names the object and the verb: {message}"
+    );
+    let writes: Vec<_> = writes_as(mark, &user_a)
+        .into_iter()
+        .filter(|(w, _)| w.contains("configmaps"))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "no ConfigMap written acting as tenant a: {writes:?}"
+    );
+    let b_value = env
+        .kubectl(&[
+            "get",
+            "configmap",
+            "settings",
+            "-n",
+            &ns_b,
+            "-o",
+            "jsonpath={.data.value}",
+        ])
+        .expect("kubectl");
+    assert_eq!(b_value, "one", "tenant b's ConfigMap is untouched");
+
+    // A record naming no account: refused under --require-service-account.
+    let build_none = {
+        let root = dir.path().join("none");
+        common::write_tree(
+            &root,
+            &cluster_none,
+            &[common::Pkg {
+                name: "web".into(),
+                depends_on: vec![],
+                namespace: ns_a.clone(),
+                files: vec![(
+                    "cm.yaml".into(),
+                    b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: unowned}\n".to_vec(),
+                )],
+            }],
+        );
+        common::add_to_store(&root)
+    };
+    let mut spec = applied_a.spec.clone();
+    spec.cluster = cluster_none.clone();
+    spec.source.path = build_none;
+    spec.service_account = None;
+    let name = write_record(&env.client, &cluster_none, spec).await;
+    let refused = settled(&env.client, &name).await;
+    let message = refused
+        .status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default();
+    assert_eq!(refused.phase(), Some(kix_api::Phase::Failed), "{message}");
+    assert!(message.contains("--require-service-account"), "{message}");
+    let unowned = env
+        .kubectl(&[
+            "get",
+            "configmap",
+            "unowned",
+            "-n",
+            &ns_a,
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ])
+        .expect("kubectl");
+    assert!(
+        unowned.trim().is_empty(),
+        "nothing applied for it: {unowned}"
+    );
+
+    // Deleting tenant a's records deletes a's ConfigMap acting as a, and
+    // nothing of b's.
+    let mark = common::audit_mark(&cp_dir);
+    let api: kube::Api<kix_api::Activation> = kube::Api::all(env.client.clone());
+    for record in common::records(&env.client, &cluster_a).await {
+        let name = kube::ResourceExt::name_any(&record);
+        api.delete(&name, &Default::default())
+            .await
+            .expect("deleting a's record");
+    }
+    common::poll(
+        "tenant a's records to be gone",
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || {
+            let client = env.client.clone();
+            let cluster = cluster_a.clone();
+            async move {
+                common::records(&client, &cluster)
+                    .await
+                    .is_empty()
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let deletes = writes_as(mark, &user_a);
+    assert!(
+        deletes
+            .iter()
+            .any(|(w, code)| w == "delete configmaps/settings" && *code < 300),
+        "a's ConfigMap deleted acting as a: {deletes:?}"
+    );
+    let b_value = env
+        .kubectl(&[
+            "get",
+            "configmap",
+            "settings",
+            "-n",
+            &ns_b,
+            "-o",
+            "jsonpath={.data.value}",
+        ])
+        .expect("kubectl");
+    assert_eq!(b_value, "one", "tenant b's ConfigMap is untouched");
+}

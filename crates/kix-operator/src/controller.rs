@@ -116,6 +116,8 @@ pub struct Context {
     /// failed and it is current again).
     pub trigger:
         tokio::sync::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<Activation>>,
+    /// Whom each record acts as ([`crate::tenant`]).
+    pub tenants: crate::tenant::Tenants,
 }
 
 /// The objects of a record the watches saw change, since its last plan.
@@ -174,7 +176,15 @@ pub async fn reconcile(
     let api: Api<Activation> = Api::all(ctx.client.clone());
     let result = finalizer(&api, FINALIZER, record, |event| async {
         match event {
-            Finalizer::Apply(record) => apply(record, &ctx).await,
+            Finalizer::Apply(record) => match apply(record.clone(), &ctx).await {
+                // The record's account may not do what applying it needs:
+                // said on the record, not retried in a loop.
+                Err(ReconcileError::Engine(err)) if forbidden(&err) => {
+                    let message = format!("the apiserver refused a request: {err}");
+                    fail(&ctx, &record, message).await
+                }
+                other => other,
+            },
             Finalizer::Cleanup(record) => cleanup(record, &ctx).await,
         }
     })
@@ -185,6 +195,20 @@ pub async fn reconcile(
         | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
         other => ReconcileError::Finalizer(other.to_string()),
     })
+}
+
+/// Whether the apiserver refused a request of `err` for lack of permission.
+fn forbidden(err: &kix_engine::EngineError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(error) = source {
+        if let Some(kube::Error::Api(status)) = error.downcast_ref::<kube::Error>()
+            && status.code == 403
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 pub fn error_policy(_record: Arc<Activation>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
@@ -319,6 +343,14 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         )
         .await;
     }
+    // Every request for the record from here on acts as its account.
+    let acting = match ctx.tenants.for_record(&record).and_then(|acting| {
+        crate::tenant::check_build(&build, acting.account.as_ref()).map(|()| acting)
+    }) {
+        Ok(acting) => acting,
+        Err(reason) => return fail(ctx, &record, reason).await,
+    };
+    let client = &acting.client;
     if let Ok(mut kinds) = ctx.kinds.lock() {
         for object in build.objects() {
             kinds.insert(format!("{}/{}", object.api_version, object.key.kind));
@@ -339,15 +371,14 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         activation: Some(name.clone()),
         only,
     };
-    let mut plan =
-        kix_engine::plan::plan(&ctx.client, &build, path.as_str(), &plan_options).await?;
+    let mut plan = kix_engine::plan::plan(client, &build, path.as_str(), &plan_options).await?;
     if plan_options.only.is_some() && !kix_engine::prune::deleting_in(&plan).is_empty() {
         // An object waits on finalizers: the record lists them all.
         let whole = PlanOptions {
             only: None,
             ..plan_options
         };
-        plan = kix_engine::plan::plan(&ctx.client, &build, path.as_str(), &whole).await?;
+        plan = kix_engine::plan::plan(client, &build, path.as_str(), &whole).await?;
     }
     // What the user confirmed is what happens: a destructive action the
     // record does not accept changes nothing.
@@ -453,7 +484,7 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         )
         .await;
     }
-    let outcome = match kix_engine::deploy::deploy(&ctx.client, &build, plan, &options).await {
+    let outcome = match kix_engine::deploy::deploy(client, &build, plan, &options).await {
         Ok(outcome) => outcome,
         Err(kix_engine::EngineError::Lease(kix_engine::lease::LeaseError::Held {
             holder,
@@ -471,6 +502,14 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
             err @ (kix_engine::EngineError::Moved(_) | kix_engine::EngineError::Unconfirmed(_)),
         ) if fresh => {
             restore_current(ctx, &cluster, applied.as_deref());
+            return fail(ctx, &record, err.to_string()).await;
+        }
+        // The record's account may not write what the build holds: refused
+        // before any change, each object named; retrying would not help.
+        Err(err @ kix_engine::EngineError::NoPermission(_)) => {
+            if fresh {
+                restore_current(ctx, &cluster, applied.as_deref());
+            }
             return fail(ctx, &record, err.to_string()).await;
         }
         Err(err) => return Err(err.into()),
@@ -562,8 +601,18 @@ fn counts_moved(saved: &kix_api::Counts, now: &kix_engine::plan::Counts) -> Vec<
 
 async fn cleanup(record: Arc<Activation>, ctx: &Context) -> Result<Action, ReconcileError> {
     let name = record.name_any();
+    // The finalizer deletes only what the record's account may delete.
+    let acting = match ctx.tenants.for_record(&record) {
+        Ok(acting) => acting,
+        Err(reason) => {
+            // Never acted for (refused): nothing of it to delete.
+            let note = format!("objects not released: {reason}");
+            event(ctx, &record, EventType::Warning, "NotReleased", note).await;
+            return Ok(Action::await_change());
+        }
+    };
     let report =
-        kix_engine::retire::release_objects(&ctx.client, &record, &BTreeSet::new()).await?;
+        kix_engine::retire::release_objects(&acting.client, &record, &BTreeSet::new()).await?;
     if !report.failed.is_empty() {
         // Reported on the record and as an event; the finalizer stays and
         // retries, so a deletion never hangs silently.

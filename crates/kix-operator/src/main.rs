@@ -6,6 +6,7 @@ mod fights;
 mod guard;
 mod http;
 mod metrics;
+mod tenant;
 mod triggers;
 
 use std::net::SocketAddr;
@@ -76,6 +77,41 @@ struct Args {
     /// Leader lease duration in seconds.
     #[arg(long, default_value_t = 15)]
     leader_lease_seconds: u64,
+    /// An age identity file (as age-keygen writes it) to decrypt the builds'
+    /// SOPS-encrypted Secrets with, in memory; repeatable. Keep it out of the
+    /// Nix store. Default: what sops reads ($SOPS_AGE_KEY_FILE, $SOPS_AGE_KEY,
+    /// ~/.config/sops/age/keys.txt).
+    #[arg(long = "age-identity", value_name = "FILE")]
+    age_identities: Vec<PathBuf>,
+    /// Act as this ServiceAccount (NAMESPACE/NAME) for records that name
+    /// none (`spec.serviceAccount`); default: the operator's own account.
+    #[arg(long, value_name = "NS/NAME", value_parser = kix_api::ServiceAccountRef::parse)]
+    default_service_account: Option<kix_api::ServiceAccountRef>,
+    /// Refuse (Failed, with the reason) every record that names no
+    /// ServiceAccount: the operator never acts with its own rights.
+    #[arg(long)]
+    require_service_account: bool,
+}
+
+/// The age identities every build the operator reads is decrypted with:
+/// `--age-identity`, else those sops would find. Without any, a build with
+/// encrypted Secrets is refused (Failed, naming the file), never half-applied.
+fn use_age_identities(files: &[PathBuf]) -> anyhow::Result<()> {
+    use kix_manifest::secrets::kix_sops::Identities;
+    let identities = if files.is_empty() {
+        Identities::from_env().context("the sops age identities of the environment")?
+    } else {
+        let mut all = Identities::default();
+        for file in files {
+            all.extend(Identities::from_file(file)?);
+        }
+        all
+    };
+    if !identities.is_empty() {
+        info!(recipients = ?identities.recipients(), "age identities for encrypted Secrets");
+        kix_manifest::secrets::use_age_identities(identities);
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -83,7 +119,6 @@ enum LogFormat {
     Text,
     Json,
 }
-
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("KIX_LOG")
@@ -97,7 +132,7 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn client(args: &Args, identity: &str) -> anyhow::Result<Client> {
+async fn config(args: &Args, identity: &str) -> anyhow::Result<Config> {
     let options = KubeConfigOptions {
         context: args.context.clone(),
         ..Default::default()
@@ -114,20 +149,66 @@ async fn client(args: &Args, identity: &str) -> anyhow::Result<Client> {
     let mut config = config;
     let agent = format!("kix-operator/{} {identity}", env!("CARGO_PKG_VERSION"));
     config.headers.push(("user-agent".parse()?, agent.parse()?));
-    Ok(Client::try_from(config)?)
+    Ok(config)
+}
+
+/// The controller's context for one term as leader.
+fn context(
+    args: &Args,
+    identity: &str,
+    config: &Config,
+    client: &Client,
+    metrics: &Arc<Metrics>,
+    trigger: &tokio::sync::mpsc::UnboundedSender<
+        kube::runtime::reflector::ObjectRef<kix_api::Activation>,
+    >,
+) -> Context {
+    Context {
+        client: client.clone(),
+        metrics: metrics.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "kix-operator".into(),
+                instance: Some(identity.to_string()),
+            },
+        ),
+        resync: args.resync_interval,
+        holder: identity.to_string(),
+        lease_namespace: args.lease_namespace.clone(),
+        clusters: args.clusters.iter().cloned().collect(),
+        allow: controller::AllowList {
+            namespaces: args.allow_namespaces.iter().cloned().collect(),
+            kinds: args.allow_kinds.iter().cloned().collect(),
+        },
+        current: Default::default(),
+        kinds: Default::default(),
+        fights: Default::default(),
+        crd_refusals: Default::default(),
+        touched: Default::default(),
+        trigger: trigger.clone(),
+        tenants: tenant::Tenants::new(
+            config.clone(),
+            client.clone(),
+            args.default_service_account.clone(),
+            args.require_service_account,
+        ),
+    }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_logging(args.log_format);
+    use_age_identities(&args.age_identities)?;
     let identity = args.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/etc/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_else(|_| "kix-operator".into());
         format!("{host}-{}", std::process::id())
     });
-    let client = client(&args, &identity).await?;
+    let config = config(&args, &identity).await?;
+    let client = Client::try_from(config.clone())?;
     let metrics = Arc::new(Metrics::default());
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
@@ -173,31 +254,14 @@ async fn main() -> anyhow::Result<()> {
         info!(%identity, "elected leader");
         metrics.leader.store(true, Ordering::Relaxed);
         let (trigger_tx, trigger_rx) = unbounded_channel();
-        let ctx = Arc::new(Context {
-            client: client.clone(),
-            metrics: metrics.clone(),
-            recorder: Recorder::new(
-                client.clone(),
-                Reporter {
-                    controller: "kix-operator".into(),
-                    instance: Some(identity.clone()),
-                },
-            ),
-            resync: args.resync_interval,
-            holder: identity.clone(),
-            lease_namespace: args.lease_namespace.clone(),
-            clusters: args.clusters.iter().cloned().collect(),
-            allow: controller::AllowList {
-                namespaces: args.allow_namespaces.iter().cloned().collect(),
-                kinds: args.allow_kinds.iter().cloned().collect(),
-            },
-            current: Default::default(),
-            kinds: Default::default(),
-            fights: Default::default(),
-            crd_refusals: Default::default(),
-            touched: Default::default(),
-            trigger: trigger_tx.clone(),
-        });
+        let ctx = Arc::new(context(
+            &args,
+            &identity,
+            &config,
+            &client,
+            &metrics,
+            &trigger_tx,
+        ));
         let watches = tokio::spawn(triggers::run(ctx.clone(), trigger_tx));
         let records: Api<Activation> = Api::all(client.clone());
         // Reconciles on spec, deletion and finalizer changes of records, and

@@ -459,6 +459,27 @@ impl Operator {
         log: PathBuf,
         path_prefix: Option<&Path>,
     ) -> Operator {
+        Operator::start_with(
+            kubeconfig,
+            clusters,
+            namespace,
+            lease,
+            log,
+            path_prefix,
+            &[],
+        )
+    }
+
+    /// [`Operator::start`] with more of the operator's flags.
+    pub fn start_with(
+        kubeconfig: &Path,
+        clusters: &[&str],
+        namespace: &str,
+        lease: &str,
+        log: PathBuf,
+        path_prefix: Option<&Path>,
+        flags: &[&str],
+    ) -> Operator {
         let metrics = std::net::TcpListener::bind("127.0.0.1:0")
             .expect("bind")
             .local_addr()
@@ -481,6 +502,7 @@ impl Operator {
         for c in clusters {
             cmd.args(["--cluster", c]);
         }
+        cmd.args(flags);
         Operator {
             child: cmd.spawn().expect("start kix-operator"),
             log,

@@ -1,0 +1,160 @@
+//! Whom the operator acts as for a record: the ServiceAccount the record
+//! names (`spec.serviceAccount`, which kix's admission policy lets only the
+//! record's declared writers set), else `--default-service-account`; with
+//! `--require-service-account`, a record that names none is refused. Every
+//! request made for the record (plan reads, dry runs, applies, waits,
+//! prunes, the finalizer's deletions) goes through the client made here.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use kix_api::{Activation, ServiceAccountRef};
+use kube::{Client, Config};
+
+/// The operator's base credentials and its lock-down settings.
+pub struct Tenants {
+    /// The operator's own configuration, impersonation added per account.
+    base: Config,
+    /// The operator's own client: what a record naming no account acts as
+    /// when no default is set (single-tenant installs).
+    own: Client,
+    default: Option<ServiceAccountRef>,
+    require: bool,
+    /// One client per account: each keeps its connections.
+    clients: Mutex<BTreeMap<ServiceAccountRef, Client>>,
+}
+
+/// Who acts for a record, and the client that acts as them.
+pub struct Acting {
+    pub account: Option<ServiceAccountRef>,
+    pub client: Client,
+}
+
+impl Tenants {
+    pub fn new(
+        base: Config,
+        own: Client,
+        default: Option<ServiceAccountRef>,
+        require: bool,
+    ) -> Tenants {
+        Tenants {
+            base,
+            own,
+            default,
+            require,
+            clients: Mutex::default(),
+        }
+    }
+
+    /// The account a record acts as, or why it may not act at all.
+    pub fn account_of(&self, record: &Activation) -> Result<Option<ServiceAccountRef>, String> {
+        match (&record.spec.service_account, &self.default) {
+            (Some(account), _) => Ok(Some(account.clone())),
+            (None, _) if self.require => Err(
+                "the record names no ServiceAccount (spec.serviceAccount) and this operator \
+                 runs with --require-service-account: nothing was changed"
+                    .to_string(),
+            ),
+            (None, default) => Ok(default.clone()),
+        }
+    }
+
+    /// The client for a record ([`Tenants::account_of`]).
+    pub fn for_record(&self, record: &Activation) -> Result<Acting, String> {
+        let account = self.account_of(record)?;
+        let client = match &account {
+            None => self.own.clone(),
+            Some(account) => self.client_as(account)?,
+        };
+        Ok(Acting { account, client })
+    }
+
+    fn client_as(&self, account: &ServiceAccountRef) -> Result<Client, String> {
+        let mut clients = self
+            .clients
+            .lock()
+            .map_err(|_| "the tenants' clients are poisoned".to_string())?;
+        if let Some(client) = clients.get(account) {
+            return Ok(client.clone());
+        }
+        let client = kix_engine::tenant::client_acting_as(self.base.clone(), Some(account))
+            .map_err(|err| format!("creating a client acting as {account}: {err}"))?;
+        clients.insert(account.clone(), client.clone());
+        Ok(client)
+    }
+}
+
+/// A build must act as the account its record acts as: a record cannot
+/// borrow another team's account by pointing at a build that names it.
+pub fn check_build(
+    build: &kix_manifest::Build,
+    acting: Option<&ServiceAccountRef>,
+) -> Result<(), String> {
+    let declared = kix_engine::tenant::declared_account(&build.settings);
+    if declared.is_none() || declared.as_ref() == acting {
+        return Ok(());
+    }
+    let shown = |a: Option<&ServiceAccountRef>| {
+        a.map_or_else(
+            || "the operator's own account".to_string(),
+            ToString::to_string,
+        )
+    };
+    Err(format!(
+        "the build acts as ServiceAccount {}, the record as {}: nothing was changed",
+        shown(declared.as_ref()),
+        shown(acting)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn account(text: &str) -> ServiceAccountRef {
+        ServiceAccountRef::parse(text).expect("an account")
+    }
+
+    fn record(account: Option<&str>) -> Activation {
+        let mut record: Activation = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kix.run/v1alpha1", "kind": "Activation",
+            "metadata": {"name": "team-a-1"},
+            "spec": {"cluster": "team-a", "engine": "operator",
+                     "source": {"path": "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-x"},
+                     "receipt": {"user": "u", "host": "h", "kixVersion": "0",
+                                 "time": "2026-01-01T00:00:00Z", "planDigest": "d"}}
+        }))
+        .expect("a record");
+        record.spec.service_account = account.map(self::account);
+        record
+    }
+
+    fn tenants(default: Option<&str>, require: bool) -> Tenants {
+        let config = Config::new("https://127.0.0.1:1".parse().expect("a URL"));
+        let own = Client::try_from(config.clone()).expect("a client");
+        Tenants::new(config, own, default.map(account), require)
+    }
+
+    #[tokio::test]
+    async fn a_record_acts_as_its_account_else_the_default_else_refused_when_required() {
+        let open = tenants(None, false);
+        assert_eq!(
+            open.account_of(&record(Some("a/kix"))),
+            Ok(Some(account("a/kix")))
+        );
+        assert_eq!(open.account_of(&record(None)), Ok(None));
+        let defaulted = tenants(Some("kix-system/tenant"), false);
+        assert_eq!(
+            defaulted.account_of(&record(None)),
+            Ok(Some(account("kix-system/tenant")))
+        );
+        assert_eq!(
+            defaulted.account_of(&record(Some("a/kix"))),
+            Ok(Some(account("a/kix")))
+        );
+        let locked = tenants(Some("kix-system/tenant"), true);
+        let refused = locked.account_of(&record(None)).expect_err("refused");
+        assert!(refused.contains("--require-service-account"), "{refused}");
+        assert!(locked.for_record(&record(Some("a/kix"))).is_ok());
+    }
+}
