@@ -11,7 +11,7 @@
 use kix_manifest::DeletionBudget;
 use serde::Serialize;
 
-use crate::plan::Counts;
+use crate::plan_object::Counts;
 
 /// What the plan's deletions weigh against the budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -12,7 +12,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::{ApiResource, Discovery, Scope, verbs};
 
 use crate::error::Result;
-use crate::plan::{Action, PlannedObject};
+use crate::plan_object::{Action, PlannedObject};
 
 /// Sets `takes_with_it` on each Namespace and CRD deletion of `prune`.
 pub async fn count(client: &Client, prune: &mut [PlannedObject]) -> Result<()> {

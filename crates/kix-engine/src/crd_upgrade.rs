@@ -20,148 +20,13 @@ use kix_manifest::ObjectKey;
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::desired::Desired;
 use crate::error::{EngineError, Result};
-use crate::plan::{Action, PlannedObject};
+use crate::plan_object::{Action, PlannedObject};
 
-/// One CRD of the build that differs from its live version.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CrdUpgrade {
-    pub key: ObjectKey,
-    /// The live CRD's `status.storedVersions`.
-    pub stored_versions: Vec<String>,
-    /// The build's storage version.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub storage_version: Option<String>,
-    /// Custom resources of the CRD that exist (all namespaces); counted only
-    /// when a change is destructive.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub objects: Option<u32>,
-    /// Per version: added, removed, served or storage changed, and the
-    /// schema's property changes.
-    pub changes: Vec<SchemaChange>,
-    /// Changes that can lose stored objects.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub destructive: Vec<VersionHazard>,
-}
-
-/// One change of a CRD version: `v1: spec.replicas: type integer → string`,
-/// `v1beta1: removed`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SchemaChange {
-    pub version: String,
-    /// The field the property describes (`spec.ports[].name`; `.*` for
-    /// additionalProperties); empty for a change of the version itself.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub path: String,
-    pub change: String,
-}
-
-impl std::fmt::Display for SchemaChange {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.path.is_empty() {
-            write!(f, "{}: {}", self.version, self.change)
-        } else {
-            write!(f, "{}: {}: {}", self.version, self.path, self.change)
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Hazard {
-    /// Removed from `spec.versions` while in `status.storedVersions`: the
-    /// apiserver refuses the update.
-    Removed,
-    /// `served: false` while objects may be stored in it.
-    NotServed,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct VersionHazard {
-    pub version: String,
-    pub hazard: Hazard,
-}
-
-impl CrdUpgrade {
-    /// The destructive actions a user confirms, one per version (stable
-    /// text: the object count is not part of it).
-    pub fn actions(&self) -> impl Iterator<Item = String> + '_ {
-        self.destructive.iter().map(|h| match h.hazard {
-            Hazard::Removed => format!("drop stored version {} of {}", h.version, self.key),
-            Hazard::NotServed => {
-                format!("stop serving stored version {} of {}", h.version, self.key)
-            }
-        })
-    }
-
-    /// What `--accept-migrations` accepts, with the object count.
-    pub fn acceptance(&self) -> Vec<String> {
-        let objects = self.objects_text();
-        self.actions()
-            .map(|a| format!("{a} (destructive: {objects})"))
-            .collect()
-    }
-
-    /// `3 widgets.example.com objects exist, stored versions v1alpha1`.
-    pub fn objects_text(&self) -> String {
-        let n = self.objects.unwrap_or(0);
-        format!(
-            "{n} {} object{} exist, stored versions {}",
-            self.key.name,
-            if n == 1 { "" } else { "s" },
-            self.stored_versions.join(", ")
-        )
-    }
-
-    /// Why the apiserver would refuse this upgrade, with what to do: a
-    /// stored version removed from `spec.versions`.
-    pub fn refusal(&self) -> Option<String> {
-        let removed: Vec<&str> = self
-            .destructive
-            .iter()
-            .filter(|h| h.hazard == Hazard::Removed)
-            .map(|h| h.version.as_str())
-            .collect();
-        if removed.is_empty() {
-            return None;
-        }
-        // What storedVersions holds once every object is rewritten in the
-        // build's storage version.
-        let storage = self
-            .storage_version
-            .as_deref()
-            .unwrap_or("<storage version>");
-        let mut kept: Vec<&str> = self
-            .stored_versions
-            .iter()
-            .map(String::as_str)
-            .filter(|v| !removed.contains(v))
-            .collect();
-        if !kept.contains(&storage) {
-            kept.push(storage);
-        }
-        let name = &self.key.name;
-        let versions = removed.join(", ");
-        Some(format!(
-            "{key}: the build removes version {versions}, which status.storedVersions still lists \
-             ({objects}); the apiserver refuses to remove a stored version. To drop it: \
-             (1) deploy a build that keeps {versions} (served or not) and makes {storage} the \
-             storage version; (2) rewrite every object of the CRD so it is stored in {storage} \
-             (kubectl get {name} -A -o json | kubectl replace -f -); (3) remove {versions} from \
-             the CRD's status.storedVersions (kubectl patch crd {name} --subresource=status \
-             --type=merge -p '{{\"status\":{{\"storedVersions\":{kept:?}}}}}'); (4) deploy \
-             this build again",
-            key = self.key,
-            objects = self.objects_text(),
-        ))
-    }
-}
+pub use crate::plan_value::{CrdUpgrade, Hazard, SchemaChange, VersionHazard, refusals};
 
 /// The note of a CRD whose dry-run the apiserver refused for removing a
 /// stored version.
@@ -240,18 +105,12 @@ pub async fn analyse(
 
 /// Drops the generic diff under `spec.versions` of each CRD with an upgrade:
 /// its per-version changes say the same, by field instead of list index.
-pub fn trim_changes(packages: &mut [crate::plan::PackagePlan], upgrades: &[CrdUpgrade]) {
+pub fn trim_changes(packages: &mut [crate::plan_object::PackagePlan], upgrades: &[CrdUpgrade]) {
     for o in packages.iter_mut().flat_map(|p| &mut p.objects) {
         if upgrades.iter().any(|u| u.key == o.key) {
             o.changes.retain(|c| !c.path.starts_with("spec.versions"));
         }
     }
-}
-
-/// Upgrades the apiserver would refuse (a stored version removed), each
-/// with what to do instead: a deploy stops before changing anything.
-pub fn refusals(upgrades: &[CrdUpgrade]) -> Vec<String> {
-    upgrades.iter().filter_map(CrdUpgrade::refusal).collect()
 }
 
 /// The upgrade from `live` to the desired manifest (objects not counted).

@@ -21,10 +21,13 @@ use tracing::{info, warn};
 use crate::changes::ChangeSet;
 use crate::desired::Desired;
 use crate::error::{EngineError, Result};
+use crate::gates::Refusal;
 use crate::lease::{DeployLease, LeaseOptions};
 use crate::order::{Group, Order, Step};
 use crate::ownership;
-use crate::plan::{Action, Plan, PlannedObject, api_for, applied_manifest};
+use crate::plan::{api_for, applied_manifest};
+use crate::plan_object::{Action, PlannedObject};
+use crate::plan_value::Plan;
 use crate::records;
 use crate::wait::{WaitOptions, WaitTarget, wait_healthy};
 
@@ -416,7 +419,7 @@ pub async fn rollback_to(
         client,
         &build,
         store_path,
-        &crate::plan::PlanOptions {
+        &crate::plan_object::PlanOptions {
             prune: options.prune,
             force_conflicts: true,
             yield_to_kix_clusters: options.yield_to_kix_clusters,
@@ -496,6 +499,10 @@ async fn run(
     };
     let mut changes = ChangeSet::default();
     let waves = apply_waves(&run, lease, &mut status, &mut packages, &mut changes).await?;
+    // Jobs that completed are not run again for this manifest.
+    if let Err(error) = crate::health::completed::remember(client, plan, &run.name).await {
+        warn!(%error, "cannot remember the completed Jobs on {}", run.name);
+    }
     if waves.healthy && options.prune {
         packages.removing(build).await?;
         let work = crate::prune::work(plan);
@@ -714,7 +721,8 @@ async fn apply_wave<'p>(
     for &i in runnable {
         let group = &order.steps[i].group;
         packages.begin(run.plan, group).await?;
-        migrated.push(crate::migrations::run_group(run.client, run.plan, group, run.deadline).await);
+        migrated
+            .push(crate::migrations::run_group(run.client, run.plan, group, run.deadline).await);
     }
     let mut applies = Vec::with_capacity(runnable.len());
     for (&i, migrated) in runnable.iter().zip(&migrated) {
@@ -911,9 +919,11 @@ fn group_work<'a>(
     let to_wait = objects
         .iter()
         .filter(|d| {
-            planned
-                .get(&d.key)
-                .is_some_and(|p| p.action == Action::Unchanged)
+            planned.get(&d.key).is_some_and(|p| {
+                // A completed Job left alone may be gone: nothing to wait for.
+                p.action == Action::Unchanged
+                    && !crate::health::completed::is_completed(p.action, p.note.as_deref())
+            })
         })
         .filter(|d| !has_no_health(&d.key))
         .map(|d| wait_target(d))
@@ -1234,6 +1244,38 @@ pub async fn supersede_older(client: &Client, cluster: &str, current: &str) -> R
         }
     }
     Ok(())
+}
+
+impl Refusal {
+    /// The refusal as the engine reports it (the same words every executor
+    /// has always printed).
+    pub fn into_error(self) -> EngineError {
+        match self {
+            Refusal::NotCurrent {
+                cluster,
+                expected,
+                found,
+            } => EngineError::NotCurrent {
+                cluster,
+                expected,
+                found,
+            },
+            Refusal::NoPermission(objects) => EngineError::NoPermission(objects.join("; ")),
+            Refusal::Conflicts(objects) => EngineError::Conflicts(objects.join(", ")),
+            Refusal::CrdStoredVersions(refused) => {
+                EngineError::CrdStoredVersion(refused.join("; "))
+            }
+            Refusal::NeedsAcceptance(actions) => EngineError::NeedsAcceptance(actions.join("; ")),
+            Refusal::EmptyBuild { cluster } => EngineError::EmptyBuild(cluster),
+            Refusal::DeletionBudget(check) => EngineError::DeletionBudget(check.explain()),
+        }
+    }
+}
+
+impl From<Refusal> for EngineError {
+    fn from(refusal: Refusal) -> Self {
+        refusal.into_error()
+    }
 }
 
 #[cfg(test)]

@@ -60,9 +60,9 @@ pub enum EngineError {
     #[error(transparent)]
     Nix(#[from] kix_nix::NixError),
     #[error("{0}")]
-    Unconfirmed(#[from] crate::seal::Unconfirmed),
+    Unconfirmed(#[from] crate::refusals::Unconfirmed),
     #[error("{0}")]
-    Moved(#[from] crate::seal::Moved),
+    Moved(#[from] crate::refusals::Moved),
     #[error("refusing the CRD upgrade, nothing was changed: {0}")]
     CrdStoredVersion(String),
     #[error("the plan exceeds the deletion budget: {0}")]

@@ -5,7 +5,7 @@ use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::order::Group;
-use crate::plan::Action;
+use crate::plan_object::Action;
 
 /// Where a run's events go, if anywhere.
 pub type Events = Option<UnboundedSender<Event>>;

@@ -9,7 +9,7 @@
 use kix_api::Accepted;
 
 use crate::budget::{BudgetCheck, DeletionConsent};
-use crate::plan::Plan;
+use crate::plan_value::Plan;
 use crate::seal::{Consented, Destructive, Moved, Unconfirmed};
 
 /// What the user (or the record they wrote) consented to.
@@ -108,7 +108,7 @@ pub fn rights(plan: &Plan) -> Verdict {
             let reason = o
                 .note
                 .as_deref()?
-                .strip_prefix(crate::plan::NOTE_NO_PERMISSION)?;
+                .strip_prefix(crate::plan_object::NOTE_NO_PERMISSION)?;
             Some(format!("{}{reason}", o.key))
         })
         .collect();
@@ -132,7 +132,7 @@ pub fn conflicts(plan: &Plan, force: bool, yield_to_kix_clusters: bool) -> Verdi
 
 /// CRD versions that still hold stored objects may not be dropped.
 pub fn crd_stored_versions(plan: &Plan) -> Verdict {
-    let refused = crate::crd_upgrade::refusals(&plan.crd_upgrades);
+    let refused = crate::plan_value::refusals(&plan.crd_upgrades);
     if refused.is_empty() {
         Ok(())
     } else {
@@ -201,48 +201,14 @@ pub fn saved_plan(
     })
 }
 
-impl Refusal {
-    /// The refusal as the engine reports it (the same words every executor
-    /// has always printed).
-    pub fn into_error(self) -> crate::EngineError {
-        use crate::EngineError;
-        match self {
-            Refusal::NotCurrent {
-                cluster,
-                expected,
-                found,
-            } => EngineError::NotCurrent {
-                cluster,
-                expected,
-                found,
-            },
-            Refusal::NoPermission(objects) => EngineError::NoPermission(objects.join("; ")),
-            Refusal::Conflicts(objects) => EngineError::Conflicts(objects.join(", ")),
-            Refusal::CrdStoredVersions(refused) => {
-                EngineError::CrdStoredVersion(refused.join("; "))
-            }
-            Refusal::NeedsAcceptance(actions) => EngineError::NeedsAcceptance(actions.join("; ")),
-            Refusal::EmptyBuild { cluster } => EngineError::EmptyBuild(cluster),
-            Refusal::DeletionBudget(check) => EngineError::DeletionBudget(check.explain()),
-        }
-    }
-}
-
-impl From<Refusal> for crate::EngineError {
-    fn from(refusal: Refusal) -> Self {
-        refusal.into_error()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use kix_manifest::ObjectKey;
 
     use super::*;
     use crate::budget::BudgetCheck;
-    use crate::crd_upgrade::{CrdUpgrade, Hazard, VersionHazard};
-    use crate::plan::{Action, Counts, PackagePlan, PlanOptions, PlannedObject};
-    use crate::records::CrdState;
+    use crate::plan_object::{Action, Counts, PackagePlan, PlanOptions, PlannedObject};
+    use crate::plan_value::{CrdState, CrdUpgrade, Hazard, VersionHazard};
 
     fn key(kind: &str, name: &str) -> ObjectKey {
         ObjectKey {
@@ -329,7 +295,7 @@ mod tests {
     fn the_digest_of_an_unchanged_plan_is_pinned() {
         // Moving the plan's code must not change what a user confirmed.
         let mut shared = object("ConfigMap", "shared", Action::Keep);
-        shared.note = Some(crate::plan::NOTE_SHARED.into());
+        shared.note = Some(crate::plan_object::NOTE_SHARED.into());
         let mut replaced = object("Service", "web", Action::Replace);
         replaced.fields = vec!["spec.clusterIP".into()];
         let plan = plan(
@@ -348,7 +314,7 @@ mod tests {
             let mut o = object(kind, name, action);
             o.note = Some(format!(
                 "{}: User \"system:serviceaccount:web:kix\" cannot patch resource \"{kind}\"",
-                crate::plan::NOTE_NO_PERMISSION
+                crate::plan_object::NOTE_NO_PERMISSION
             ));
             o
         };

@@ -584,7 +584,7 @@ pub async fn plan(
                 ));
             }
             None if l.prune_disabled => {
-                object.note = Some(crate::plan::NOTE_PRUNE_DISABLED.to_string());
+                object.note = Some(crate::plan_object::NOTE_PRUNE_DISABLED.to_string());
             }
             None if !unreadable.is_empty() => {
                 object.note = Some(format!(

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use kix_api::{
     ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, ANNOTATION_PRUNE, LABEL_OWNER, LABEL_PACKAGE,
@@ -14,7 +13,7 @@ use kix_manifest::{KeyMap, ObjectKey};
 use kube::api::{DynamicObject, ListParams};
 use kube::discovery::ApiResource;
 use kube::{Client, Resource};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::error::{EngineError, Result};
 
@@ -40,51 +39,12 @@ pub struct Live {
     pub appliers: Vec<String>,
 }
 
-/// An object whose deletion was accepted but which still exists.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Deletion {
-    /// Its deletionTimestamp.
-    pub since: Option<DateTime<Utc>>,
-    /// The finalizers it waits for.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub finalizers: Vec<String>,
-}
+pub use crate::plan_object::{Deletion, human_duration};
 
 impl Live {
     /// Its `apiVersion`, e.g. `apps/v1`.
     pub fn api_version(&self) -> &str {
         &self.resource.api_version
-    }
-}
-
-impl Deletion {
-    /// The deletion state of an object with this metadata: None unless it
-    /// has a deletionTimestamp.
-    pub fn of(deletion_timestamp: Option<&str>, finalizers: &[String]) -> Option<Deletion> {
-        let since = deletion_timestamp?;
-        Some(Deletion {
-            since: DateTime::parse_from_rfc3339(since)
-                .ok()
-                .map(|t| t.with_timezone(&Utc)),
-            finalizers: finalizers.to_vec(),
-        })
-    }
-
-    /// `being deleted, waits for a, b`, as the plan notes it (no clock in
-    /// it: the plan's digest must not change while it waits).
-    pub fn describe(&self) -> String {
-        if self.finalizers.is_empty() {
-            "being deleted".to_string()
-        } else {
-            format!("being deleted, waits for {}", self.finalizers.join(", "))
-        }
-    }
-
-    /// How long it has waited (`3m20s`), when its deletionTimestamp is known.
-    pub fn waited(&self) -> Option<String> {
-        let secs = (Utc::now() - self.since?).num_seconds().max(0);
-        Some(human_duration(secs))
     }
 }
 
@@ -391,16 +351,6 @@ pub fn belongs_to(activation: &str, cluster: &str, clusters: &BTreeMap<String, S
     match clusters.get(activation) {
         Some(c) => c == cluster,
         None => kix_api::Activation::sequence_in(activation, cluster).is_some(),
-    }
-}
-
-/// `45s`, `3m20s`, `2h5m`, `3d4h`: how long something has waited.
-pub fn human_duration(secs: i64) -> String {
-    match secs {
-        s if s < 60 => format!("{s}s"),
-        s if s < 3600 => format!("{}m{}s", s / 60, s % 60),
-        s if s < 86400 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
-        s => format!("{}d{}h", s / 86400, (s % 86400) / 3600),
     }
 }
 

@@ -44,7 +44,7 @@
 //! the CRD and Namespace groups (which are applied before every package).
 //!
 //! Every crossed migration needs `--accept-migrations`
-//! ([`acceptance`] lines join [`crate::plan::Plan::needs_acceptance`]).
+//! ([`acceptance`] lines join [`crate::plan_value::Plan::needs_acceptance`]).
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -62,43 +62,16 @@ use kix_manifest::{
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
 use kube::discovery::ApiResource;
-use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::info;
 
 use crate::desired::DEFAULT_NAMESPACE;
 use crate::order::Group;
-use crate::plan::{Action, PackagePlan, Plan};
+use crate::plan_object::{Action, PackagePlan};
+use crate::plan_value::Plan;
 use crate::resources::{Resources, Served};
 
-/// One migration a deploy crosses.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PlannedMigration {
-    pub package: String,
-    /// The version the package's PackageInstance records as installed.
-    pub installed: String,
-    /// The build's version of the package.
-    pub version: String,
-    /// The migration's `from` (a version or range) and `to`, as declared.
-    pub from: String,
-    pub to: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub description: String,
-    /// In order. Object references without namespace name one in the
-    /// package's namespace (unless the kind is a well-known cluster-scoped one).
-    pub actions: Vec<MigrationAction>,
-    /// The package's default namespace.
-    #[serde(skip)]
-    pub namespace: Option<String>,
-}
-
-impl PlannedMigration {
-    /// `1.0.0 -> 2.0.0`.
-    pub fn label(&self) -> String {
-        format!("{} -> {}", self.from, self.to)
-    }
-}
+pub use crate::plan_value::PlannedMigration;
 
 // ---------------------------------------------------------------- selection
 
@@ -241,27 +214,7 @@ pub fn mark_objects(
     }
 }
 
-/// What `--accept-migrations` accepts of each migration: `migration web
-/// 1.0.0 -> 2.0.0: recreate StatefulSet apps/db, adopt ConfigMap apps/x`.
-pub fn acceptance(migrations: &[PlannedMigration]) -> Vec<String> {
-    migrations
-        .iter()
-        .map(|m| {
-            let actions: Vec<String> = m
-                .actions
-                .iter()
-                .map(|a| format!("{} {}", a.action, a.object))
-                .collect();
-            let mut line = format!("migration {} {}", m.package, m.label());
-            if !actions.is_empty() {
-                line.push_str(": ");
-                line.push_str(&actions.join(", "));
-            }
-            line
-        })
-        .collect()
-}
-
+pub use crate::plan_value::acceptance;
 // ---------------------------------------------------------------- running
 
 /// A migration action that failed; the package is not applied.

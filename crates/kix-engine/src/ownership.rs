@@ -29,7 +29,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value, json};
 
 use crate::live::belongs_to;
-use crate::plan::{Action, PlannedObject};
+use crate::plan_object::{Action, PlannedObject};
 
 /// Whose fields an apply may take when the server reports conflicts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -154,7 +154,7 @@ pub async fn apply(
     }
     params.force = takeover == Takeover::ALL;
     let send = |params: PatchParams| async move {
-        crate::plan::patch_with_warnings(client, api, name, &params, manifest).await
+        patch_with_warnings(client, api, name, &params, manifest).await
     };
     let (result, warnings) = send(params.clone()).await;
     let status = match result {
@@ -182,33 +182,7 @@ pub async fn apply(
     (result.map(|o| Applied::Object(Box::new(o))), warnings)
 }
 
-/// What the next apply of an object does about [`LEGACY_FIELD_MANAGER`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Legacy {
-    /// Not applied by it (or this cluster already took over).
-    #[default]
-    None,
-    /// Apply as this cluster's manager; `kix` keeps its fields because a Kix
-    /// cluster sharing the object has not taken over yet.
-    TakeOver,
-    /// Apply as this cluster's manager, then `kix` gives up its fields.
-    TakeOverAndRelease,
-}
-
-impl Legacy {
-    /// From the object's appliers (managers with an Apply entry) and the
-    /// Kix clusters that share it besides `cluster`.
-    pub fn of(appliers: &[String], cluster: &str, others: &[String]) -> Legacy {
-        let applies = |m: &str| appliers.iter().any(|a| a == m);
-        if !applies(LEGACY_FIELD_MANAGER) || applies(&kix_api::field_manager(cluster)) {
-            Legacy::None
-        } else if others.iter().all(|c| applies(&kix_api::field_manager(c))) {
-            Legacy::TakeOverAndRelease
-        } else {
-            Legacy::TakeOver
-        }
-    }
-}
+pub use crate::plan_object::Legacy;
 
 /// The note of a plan's take-over.
 pub const NOTE_TAKE_OVER: &str = "field manager kix becomes kix/<cluster> (one write, same fields)";
@@ -748,6 +722,62 @@ fn lookup<'v>(live: &'v Value, steps: &[Step]) -> Option<&'v Value> {
         };
     }
     Some(value)
+}
+
+/// An apply patch, with the server's `Warning` headers (which kube's `Api`
+/// drops): a raw request through the same client.
+pub(crate) async fn patch_with_warnings(
+    client: &kube::Client,
+    api: &Api<DynamicObject>,
+    name: &str,
+    params: &PatchParams,
+    manifest: &Value,
+) -> (kube::Result<DynamicObject>, Vec<String>) {
+    let request = match kube::core::Request::new(api.resource_url()).patch(
+        name,
+        params,
+        &Patch::Apply(manifest),
+    ) {
+        Ok(request) => request.map(kube::client::Body::from),
+        Err(e) => return (Err(kube::Error::BuildRequest(e)), vec![]),
+    };
+    let response = match client.send(request).await {
+        Ok(response) => response,
+        Err(e) => return (Err(e), vec![]),
+    };
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(warning_text)
+        .collect();
+    let code = response.status().as_u16();
+    let body = match response.into_body().collect_bytes().await {
+        Ok(body) => body,
+        Err(e) => return (Err(e), warnings),
+    };
+    let result = if code >= 400 {
+        let status = serde_json::from_slice::<kube::core::Status>(&body).unwrap_or_else(|_| {
+            kube::core::Status::failure(&String::from_utf8_lossy(&body), "").with_code(code)
+        });
+        Err(kube::Error::Api(status.boxed()))
+    } else {
+        serde_json::from_slice(&body).map_err(kube::Error::SerdeError)
+    };
+    (result, warnings)
+}
+
+/// The text of a `Warning` header: `299 - "text"` → `text`.
+fn warning_text(header: &str) -> String {
+    let text = header
+        .strip_prefix("299 - ")
+        .or_else(|| header.strip_prefix("299 "))
+        .unwrap_or(header);
+    match serde_json::from_str::<String>(text) {
+        Ok(unquoted) => unquoted,
+        Err(_) => text.to_owned(),
+    }
 }
 
 #[cfg(test)]

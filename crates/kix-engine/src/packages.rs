@@ -37,7 +37,8 @@ use tracing::info;
 
 use crate::error::{EngineError, Result};
 use crate::order::Group;
-use crate::plan::{Action, Plan};
+use crate::plan_object::Action;
+use crate::plan_value::Plan;
 use crate::records;
 
 /// Condition type: True once a version of the package was installed (Ready or

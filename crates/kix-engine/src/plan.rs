@@ -10,302 +10,22 @@ use futures::{FutureExt, StreamExt, stream};
 use kix_api::Activation;
 use kix_manifest::{Build, KeyMap, KeySet, ObjectKey};
 use kube::Client;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use serde::Serialize;
+use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
+pub use crate::plan_object::{
+    Action, Counts, NOTE_DRIFTED, NOTE_NO_PERMISSION, NOTE_PRUNE_DISABLED, NOTE_RECREATED,
+    NOTE_SHARED, PackagePlan, PlanOptions, PlannedObject,
+};
+pub use crate::plan_value::Plan;
+
 use crate::desired::{Desired, Shapes, desired_objects};
-use crate::diff::{FieldChange, diff};
+use crate::diff::diff;
 use crate::error::{EngineError, Result};
 use crate::live::{Live, activation_clusters, belongs_to, list_kinds, list_unlabelled};
 use crate::ownership::{self, Applied, DriftedField, Legacy};
 use crate::records::{self, CrdState};
 use crate::resources::{Resources, Served, split_api_version};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord, Hash)]
-#[serde(rename_all = "lowercase")]
-pub enum Action {
-    Create,
-    Update,
-    Unchanged,
-    Replace,
-    Adopt,
-    Conflict,
-    Delete,
-    /// Not deleted although the build dropped it (shared, prune disabled).
-    Keep,
-    /// Dropped by the build and already being deleted (a finalizer holds
-    /// it): not sent DELETE again, waited for.
-    Deleting,
-}
-
-impl Action {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Create => "create",
-            Action::Update => "update",
-            Action::Unchanged => "unchanged",
-            Action::Replace => "replace",
-            Action::Adopt => "adopt",
-            Action::Conflict => "conflict",
-            Action::Delete => "delete",
-            Action::Keep => "keep",
-            Action::Deleting => "deleting",
-        }
-    }
-
-    pub fn writes(self) -> bool {
-        !matches!(self, Action::Unchanged | Action::Deleting)
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PlannedObject {
-    pub key: ObjectKey,
-    pub api_version: String,
-    pub package: String,
-    pub action: Action,
-    /// Field-level changes (update, adopt, replace); Secret values redacted.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub changes: Vec<FieldChange>,
-    /// Immutable fields (replace) or contested fields (conflict).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub fields: Vec<String>,
-    /// Deleting it loses data or other objects (CRD, Namespace, PVC).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub destructive: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-    /// The server's warnings on its dry-run (deprecated APIs, ignored values).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
-    /// Other Kix clusters whose fields a conflict contests.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub contenders: Vec<String>,
-    /// A Namespace or CRD deletion: how many objects go with it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub takes_with_it: Option<u32>,
-    /// Being deleted: since when, and the finalizers it waits for.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub deletion: Option<crate::live::Deletion>,
-    /// The activations annotation the object will carry (apply) or keep (trim).
-    #[serde(skip)]
-    pub activations: BTreeSet<String>,
-    /// The take-over from the single `kix` field manager of earlier versions.
-    #[serde(skip)]
-    pub legacy: Legacy,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PackagePlan {
-    pub name: String,
-    pub version: String,
-    /// The package's handoff rules: fields kix leaves to other managers.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub handoff: Vec<String>,
-    pub objects: Vec<PlannedObject>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct Counts {
-    pub create: u32,
-    pub update: u32,
-    pub unchanged: u32,
-    pub replace: u32,
-    pub adopt: u32,
-    pub conflict: u32,
-    pub delete: u32,
-    pub keep: u32,
-    #[serde(skip_serializing_if = "is_zero")]
-    pub deleting: u32,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Plan {
-    pub cluster: String,
-    pub store_path: String,
-    pub current_activation: Option<String>,
-    pub current_path: Option<String>,
-    pub current_phase: Option<kix_api::Phase>,
-    /// The ServiceAccount the build acts as (`settings.serviceAccount`):
-    /// recorded in the Activation, impersonated by the executor's client.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub service_account: Option<kix_api::ServiceAccountRef>,
-    /// The name the deploy of this plan records (`<cluster>-<n>`); applied
-    /// objects name it in their activations annotation.
-    pub activation: String,
-    /// kix's own CRDs: installed or upgraded before anything else.
-    pub kix_crds: CrdState,
-    pub packages: Vec<PackagePlan>,
-    /// Objects the build no longer has (delete, or keep with the reason).
-    pub prune: Vec<PlannedObject>,
-    pub counts: Counts,
-    /// Digest of every action of the plan ([`crate::seal::digest`]),
-    /// recorded in the receipt.
-    pub digest: String,
-    /// Kinds (apiVersion/Kind) of the build, recorded in the Activation so a
-    /// later prune knows which kinds to list.
-    pub kinds: Vec<String>,
-    /// The plan's deletions weighed against the Kix cluster's deletion budget.
-    pub deletion_budget: crate::budget::BudgetCheck,
-    /// The package migrations this deploy crosses, in the order they run.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub migrations: Vec<crate::migrations::PlannedMigration>,
-    /// The CRDs the deploy changes: per version changes, stored versions
-    /// dropped or no longer served ([`crate::crd_upgrade`]).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub crd_upgrades: Vec<crate::crd_upgrade::CrdUpgrade>,
-    #[serde(skip)]
-    pub desired: Vec<Desired>,
-    /// The options it was planned with: an executor re-plans with them.
-    pub options: PlanOptions,
-}
-
-impl Plan {
-    /// Whether executing the plan changes anything in the cluster.
-    pub fn has_changes(&self) -> bool {
-        self.kix_crds != CrdState::Current
-            || !self.migrations.is_empty()
-            || self
-                .objects()
-                .any(|o| o.action.writes() && o.action != Action::Keep)
-            || self
-                .prune
-                .iter()
-                .any(|o| o.action == Action::Keep && o.note.as_deref() == Some(NOTE_SHARED))
-    }
-
-    /// Leaves the objects of `keys` that the plan would create or update as
-    /// they are this round (the operator's back-off and holds): they become
-    /// Unchanged, the counts follow, and a CRD among them is no upgrade.
-    pub fn leave_as_is(&mut self, keys: &BTreeSet<ObjectKey>) {
-        self.crd_upgrades.retain(|u| !keys.contains(&u.key));
-        for o in self.packages.iter_mut().flat_map(|p| &mut p.objects) {
-            if !keys.contains(&o.key) {
-                continue;
-            }
-            match o.action {
-                Action::Update => self.counts.update -= 1,
-                Action::Create => self.counts.create -= 1,
-                _ => continue,
-            }
-            self.counts.unchanged += 1;
-            o.action = Action::Unchanged;
-        }
-    }
-
-    pub fn objects(&self) -> impl Iterator<Item = &PlannedObject> {
-        self.packages
-            .iter()
-            .flat_map(|p| &p.objects)
-            .chain(&self.prune)
-    }
-
-    /// What `--accept-migrations` must accept: migrations, replaces,
-    /// adoptions and destructive deletions.
-    pub fn needs_acceptance(&self) -> Vec<String> {
-        let migrations = crate::migrations::acceptance(&self.migrations);
-        let objects = self
-            .objects()
-            .filter(|o| {
-                matches!(o.action, Action::Replace | Action::Adopt)
-                    || (o.action == Action::Delete && o.destructive)
-            })
-            .map(|o| match o.action {
-                Action::Replace if o.fields.is_empty() => format!(
-                    "replace {} ({})",
-                    o.key,
-                    o.note.as_deref().unwrap_or("recreate")
-                ),
-                Action::Replace => format!("replace {} ({})", o.key, o.fields.join(", ")),
-                Action::Adopt => format!("adopt {}", o.key),
-                _ => match o.takes_with_it {
-                    Some(n) => format!("delete {} (destructive: takes {n} objects with it)", o.key),
-                    None => format!("delete {} (destructive)", o.key),
-                },
-            });
-        let crds = self
-            .crd_upgrades
-            .iter()
-            .flat_map(crate::crd_upgrade::CrdUpgrade::acceptance);
-        migrations.into_iter().chain(crds).chain(objects).collect()
-    }
-
-    /// The upgrade of the CRD `key` names, when the plan changes it.
-    pub fn crd_upgrade(&self, key: &ObjectKey) -> Option<&crate::crd_upgrade::CrdUpgrade> {
-        self.crd_upgrades.iter().find(|u| &u.key == key)
-    }
-
-    pub fn conflicts(&self) -> Vec<String> {
-        self.objects()
-            .filter(|o| o.action == Action::Conflict)
-            .map(|o| format!("{} ({})", o.key, o.fields.join("; ")))
-            .collect()
-    }
-
-    /// The conflicts a deploy refuses: all of them without `force`, those
-    /// with other Kix clusters when `yield_to_kix_clusters` even with it.
-    pub fn refused_conflicts(&self, force: bool, yield_to_kix_clusters: bool) -> Vec<String> {
-        self.objects()
-            .filter(|o| o.action == Action::Conflict)
-            .filter(|o| !force || (yield_to_kix_clusters && !o.contenders.is_empty()))
-            .map(|o| format!("{} ({})", o.key, o.fields.join("; ")))
-            .collect()
-    }
-
-    pub fn desired_for(&self, key: &ObjectKey) -> Option<&Desired> {
-        self.desired.iter().find(|d| &d.key == key)
-    }
-}
-
-pub const NOTE_SHARED: &str =
-    "another Kix cluster's current build has it: only this cluster's entry is removed";
-pub const NOTE_PRUNE_DISABLED: &str = "annotated kix.run/prune: disabled";
-/// Prefix of the note of an object `--reconcile` found drifted from the build
-/// it was applied from. Its re-apply takes the drifted fields back from
-/// whichever manager changed them (server-side apply force): undoing
-/// out-of-band edits is what reconcile is for.
-pub const NOTE_DRIFTED: &str = "drifted from the build";
-/// A desired object still being deleted: the deploy waits, then creates it.
-pub const NOTE_RECREATED: &str = "created again once it is gone";
-
-impl PlannedObject {
-    /// `--reconcile` found the live object drifted from its unchanged build.
-    pub fn is_drift(&self) -> bool {
-        self.note
-            .as_deref()
-            .is_some_and(|n| n.starts_with(NOTE_DRIFTED))
-    }
-}
-
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct PlanOptions {
-    /// Compare every object with its live state instead of trusting digests.
-    pub reconcile: bool,
-    /// Take fields other managers own (server-side apply force).
-    pub force_conflicts: bool,
-    /// Never take a field another Kix cluster set, even with
-    /// `force_conflicts`: the operator's setting (it has no user's consent).
-    pub yield_to_kix_clusters: bool,
-    /// Plan deletions of what the build dropped.
-    pub prune: bool,
-    /// The record the apply writes (the operator's existing record); default:
-    /// the cluster's next `<cluster>-<n>`.
-    #[serde(skip)]
-    pub activation: Option<String>,
-    /// Plan only these objects, each read by name, and take the rest of the
-    /// build as unchanged: the operator's repair of the objects its watches
-    /// saw change. Its periodic resync plans everything.
-    #[serde(skip)]
-    pub only: Option<BTreeSet<ObjectKey>>,
-}
 
 /// A kind with desired objects that have no owned live counterpart: its
 /// resource, whether it is namespaced, and the namespaces to look in.
@@ -316,11 +36,6 @@ pub(crate) type KindList = BTreeMap<(String, String), (kube::discovery::ApiResou
 
 /// Objects per page of a LIST of full objects (reconcile mode).
 const FULL_PAGE: u32 = 2_000;
-
-/// The note of an object whose server-side dry-run the apiserver refused
-/// for lack of permission; the apiserver's message (user, verb, resource)
-/// follows it.
-pub const NOTE_NO_PERMISSION: &str = "not checked by server-side dry-run: no permission to patch";
 
 /// How many dry-runs run at once. Each is a round trip the apiserver spends
 /// little CPU on: at 5,000 objects with 500 changes, 32 planned faster than
@@ -476,6 +191,8 @@ struct Ctx {
     clusters: BTreeMap<String, String>,
     /// The record the deploy of this plan writes.
     activation: String,
+    /// The Jobs that completed for this cluster ([`crate::health::completed`]).
+    completed_jobs: crate::health::completed::CompletedJobs,
 }
 
 impl Ctx {
@@ -488,6 +205,7 @@ impl Ctx {
             manager: kix_api::field_manager(cluster),
             clusters: activation_clusters(all_records),
             activation,
+            completed_jobs: crate::health::completed::of_cluster(all_records, cluster),
         }
     }
 
@@ -756,8 +474,23 @@ async fn unlabelled_named(
 /// create, adopt, update or unchanged (digest, drift, legacy manager).
 fn classify(d: &Desired, observed: &Observed, ctx: &Ctx, options: &PlanOptions) -> PlannedObject {
     let deletion = observed.any(&d.key).and_then(|l| l.deletion.clone());
+    let completed = crate::health::completed::holds(&ctx.completed_jobs, &d.key, &d.digest);
     let (action, mut activations, note, legacy) =
         match observed.live.get(&d.key).filter(|l| l.owned) {
+            // A Job that ran to completion for this manifest, removed (or
+            // being removed) after it finished: it is not run again.
+            None if completed => (
+                Action::Unchanged,
+                BTreeSet::new(),
+                Some(crate::health::completed::NOTE_COMPLETED.to_owned()),
+                Legacy::None,
+            ),
+            _ if deletion.is_some() && completed => (
+                Action::Unchanged,
+                BTreeSet::new(),
+                Some(crate::health::completed::NOTE_COMPLETED.to_owned()),
+                Legacy::None,
+            ),
             // Still there, but going (a prune just before, a namespace
             // terminating): nothing can be applied to it; the deploy
             // waits for it to be gone and creates it.
@@ -1199,62 +932,6 @@ fn with_changes(
         .changes
         .retain(|c| !ownership::is_handed_off(&c.path, &d.handed_off));
     ownership::keep_if_only_shared(planned, live, result, &manager);
-}
-
-/// An apply patch, with the server's `Warning` headers (which kube's `Api`
-/// drops): a raw request through the same client.
-pub(crate) async fn patch_with_warnings(
-    client: &Client,
-    api: &Api<DynamicObject>,
-    name: &str,
-    params: &PatchParams,
-    manifest: &Value,
-) -> (kube::Result<DynamicObject>, Vec<String>) {
-    let request = match kube::core::Request::new(api.resource_url()).patch(
-        name,
-        params,
-        &Patch::Apply(manifest),
-    ) {
-        Ok(request) => request.map(kube::client::Body::from),
-        Err(e) => return (Err(kube::Error::BuildRequest(e)), vec![]),
-    };
-    let response = match client.send(request).await {
-        Ok(response) => response,
-        Err(e) => return (Err(e), vec![]),
-    };
-    let warnings = response
-        .headers()
-        .get_all("warning")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(warning_text)
-        .collect();
-    let code = response.status().as_u16();
-    let body = match response.into_body().collect_bytes().await {
-        Ok(body) => body,
-        Err(e) => return (Err(e), warnings),
-    };
-    let result = if code >= 400 {
-        let status = serde_json::from_slice::<kube::core::Status>(&body).unwrap_or_else(|_| {
-            kube::core::Status::failure(&String::from_utf8_lossy(&body), "").with_code(code)
-        });
-        Err(kube::Error::Api(status.boxed()))
-    } else {
-        serde_json::from_slice(&body).map_err(kube::Error::SerdeError)
-    };
-    (result, warnings)
-}
-
-/// The text of a `Warning` header: `299 - "text"` → `text`.
-fn warning_text(header: &str) -> String {
-    let text = header
-        .strip_prefix("299 - ")
-        .or_else(|| header.strip_prefix("299 "))
-        .unwrap_or(header);
-    match serde_json::from_str::<String>(text) {
-        Ok(unquoted) => unquoted,
-        Err(_) => text.to_owned(),
-    }
 }
 
 /// The live object to compare a dry-run's result with. Read at least as new

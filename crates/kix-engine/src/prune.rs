@@ -19,7 +19,8 @@ use crate::changes::ChangeSet;
 use crate::error::Result;
 use crate::events::{Event, Events, emit};
 use crate::live::Deletion;
-use crate::plan::{Action, Plan, PlannedObject};
+use crate::plan_object::{Action, PlannedObject};
+use crate::plan_value::Plan;
 
 /// How a prune deletes: its own settings, not the deploy's.
 pub(crate) struct PruneOptions<'a> {
@@ -35,7 +36,7 @@ pub fn work(plan: &Plan) -> Vec<&PlannedObject> {
     plan.prune
         .iter()
         .filter(|o| {
-            o.action == Action::Delete || o.note.as_deref() == Some(crate::plan::NOTE_SHARED)
+            o.action == Action::Delete || o.note.as_deref() == Some(crate::plan_object::NOTE_SHARED)
         })
         .collect()
 }

@@ -76,12 +76,7 @@ pub async fn crds_status(client: &Client) -> Result<CrdState> {
     Ok(state)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum CrdState {
-    Missing,
-    Outdated,
-    Current,
-}
+pub use crate::plan_value::CrdState;
 
 /// Digest of a CRD as this kix generates it: the server adds defaults, so
 /// the live spec is never compared directly.

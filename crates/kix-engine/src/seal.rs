@@ -19,8 +19,10 @@ use kix_api::Accepted;
 use kix_manifest::{KeyMap, KeySet, ObjectKey, canonical_digest, canonical_json};
 use serde_json::{Value, json};
 
-use crate::plan::{Action, Plan, PlanOptions};
-use crate::records::CrdState;
+use crate::plan_object::{Action, PlanOptions};
+use crate::plan_value::CrdState;
+use crate::plan_value::Plan;
+pub use crate::refusals::{Moved, Unconfirmed};
 
 /// The digest of every action of `plan` (sha256 hex of its canonical JSON).
 ///
@@ -45,7 +47,7 @@ pub fn digest(plan: &Plan) -> String {
         ),
         (
             "migrations",
-            json!(crate::migrations::acceptance(&plan.migrations)),
+            json!(crate::plan_value::acceptance(&plan.migrations)),
         ),
     ];
     let objects = plan.objects().map(|o| Sealed {
@@ -122,7 +124,7 @@ fn streamed_digest<'a>(
 fn crd_actions(plan: &Plan) -> impl Iterator<Item = String> + '_ {
     plan.crd_upgrades
         .iter()
-        .flat_map(crate::crd_upgrade::CrdUpgrade::actions)
+        .flat_map(crate::plan_value::CrdUpgrade::actions)
 }
 
 /// The kinds of consent a destructive action needs.
@@ -221,37 +223,6 @@ impl Destructive {
     }
 }
 
-/// Destructive actions of a re-plan that the record does not accept.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the plan has {} destructive action(s) that were not confirmed: {}{}; nothing was changed",
-    .actions.len(),
-    shown(.actions),
-    .note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default()
-)]
-pub struct Unconfirmed {
-    /// The unconfirmed actions (all of the plan's when the record lists
-    /// only a digest).
-    pub actions: Vec<String>,
-    pub note: Option<String>,
-}
-
-/// How many unconfirmed actions a message names.
-const SHOWN: usize = 20;
-
-fn shown(actions: &[String]) -> String {
-    let mut text = actions
-        .iter()
-        .take(SHOWN)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if actions.len() > SHOWN {
-        text.push_str(&format!(" and {} more", actions.len() - SHOWN));
-    }
-    text
-}
-
 /// Whether `planned` (an executor's re-plan) stays within what `accepted`
 /// confirmed: the same set (by digest), or a subset of the listed actions (a
 /// deletion already done, an interrupted deploy resumed).
@@ -319,20 +290,6 @@ pub fn check(accepted: &Accepted, planned: &Destructive) -> Result<(), Unconfirm
             why.join(", ")
         )),
     })
-}
-
-/// The re-plan an executor made right before acting is not the plan that
-/// was saved and confirmed (`kix deploy --plan`): nothing was changed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the plan is no longer the saved plan (digest {saved}, now {now}): {}; nothing was changed, plan again",
-    shown(.changes)
-)]
-pub struct Moved {
-    pub saved: String,
-    pub now: String,
-    /// `- <action> <object>` saved only, `+ …` now only.
-    pub changes: Vec<String>,
 }
 
 impl Moved {
