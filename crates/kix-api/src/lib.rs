@@ -7,6 +7,14 @@
 //!
 //! Also the label and annotation keys kix writes on applied objects
 //! ([`labels`]) and the CRD YAML ([`crds_yaml`]).
+//!
+//! # Where things are
+//!
+//! - A field of a record: `activation.rs` or `package_instance.rs` (then
+//!   `deploy/crds.yaml` is generated from them, a test compares); labels and
+//!   annotations on applied objects: [`labels`]; an object as a record
+//!   names it: `object_ref.rs`; the admission policy of tenants:
+//!   [`admission`].
 
 mod activation;
 pub mod admission;

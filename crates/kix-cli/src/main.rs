@@ -1,5 +1,21 @@
 //! `kix`: deploy what Nix builds. Each subcommand lives in `commands/<name>.rs`
 //! with its clap arguments and an `exec` that calls the libraries.
+//!
+//! # Where things are
+//!
+//! - A subcommand: `commands/<name>.rs` (its args and `exec`), dispatched
+//!   by `commands/mod.rs`; a subcommand of a subcommand, `<name>_<sub>.rs`.
+//!   A command file imports none of its siblings (tests/architecture.rs in
+//!   kix-engine checks it): what several share goes in a module of its own.
+//! - Shared arguments and helpers: `source.rs` (where a build comes from and
+//!   reading it), `args.rs` (confirmation guards, engine options),
+//!   `validation.rs` (the report's lines), `output.rs` (stdout, logging,
+//!   printing a plan), `render.rs` (plan text), `progress.rs` and `tui.rs`
+//!   (a run's events), `kube_client.rs` (kubeconfig and clients),
+//!   `commands/operator.rs` (operator mode's records and waits).
+//! - A rule that refuses a change is never checked here: it is a gate of
+//!   the engine (`kix_engine::gates`); durations are read by
+//!   `kix_engine::duration::parse`.
 
 mod args;
 mod commands;

@@ -5,6 +5,32 @@
 //!   [`plan::Plan`] value; nothing is written.
 //! - [`deploy::deploy`] executes a plan: Activation record, ordered bounded
 //!   parallel server-side apply, health wait, prune, final phase.
+//!
+//! # Where things are
+//!
+//! - **The plan core** (values, no client, no I/O; `tests/architecture.rs`
+//!   keeps it so): [`plan_object`] (what a plan does to each object),
+//!   [`plan_value`] (the [`plan_value::Plan`] and what it crosses),
+//!   [`budget`], [`seal`] (the digest and what a user accepts),
+//!   [`refusals`], [`changes`] (what the stages did), [`diff`].
+//! - **A rule that may refuse or hold a change** (a gate): a function of
+//!   plan values and consents in [`gates`], returning a typed
+//!   [`gates::Refusal`], tested there on values; every executor (deploy,
+//!   rollback, gc, the operator, the fleet) calls it. Never a check of its
+//!   own in an executor.
+//! - **Reading the cluster into values**: [`plan`] (the planner), [`live`],
+//!   [`resources`] (discovery), [`records`], [`crd_upgrade`], [`contents`],
+//!   [`status`].
+//! - **A stage** (writes the cluster): [`ownership`] (apply), [`wait`],
+//!   [`prune`], [`migrations`]; each returns a [`changes::ChangeSet`] and
+//!   takes its own inputs, never the orchestrator's; [`deploy`] orders them,
+//!   merges their change sets and writes the record
+//!   ([`changes::ChangeSet::record`]). [`gc`] and [`retire`] for retired
+//!   records.
+//! - **Health**: [`health`] (the kix-health crate's rules: a new health rule
+//!   goes there, or in the build's own CEL rules).
+//! - Leases: [`lease`]; events the front ends render: [`events`];
+//!   durations on command lines: [`duration`].
 
 // EngineError carries kube's error whole (its Status is what users need to
 // see); it is returned on failure paths only, so its size does not matter.

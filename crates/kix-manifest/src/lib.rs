@@ -9,6 +9,18 @@
 //!   [`TreeError`] naming the file(s) at fault.
 //! * [`ObjectKey`], [`canonical_digest`], [`kind_rank`],
 //!   [`compare_versions`]: the building blocks the engine shares.
+//!
+//! # Where things are
+//!
+//! - The tree and its files (`kix.json`, `package.json`, settings, what a
+//!   new field of either means): `tree.rs`; walking a package: `walk.rs`.
+//! - Reading YAML as kubectl does: `yaml.rs`, `fast_yaml`, `scalar.rs`;
+//!   JSON values: `value.rs`, `node.rs`; server-set fields: `decode.rs`.
+//! - An object's identity and digest: `object.rs`; kinds' ranks and scopes:
+//!   `kinds.rs`; migrations: `migration.rs`; handoff rules: `handoff.rs`;
+//!   encrypted Secrets' files: `secrets.rs`.
+//! - Nothing here decides whether a change may happen: that is a gate of
+//!   the engine (`kix_engine::gates`).
 
 #[doc(hidden)]
 pub mod decode;

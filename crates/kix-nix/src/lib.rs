@@ -14,6 +14,12 @@
 //! `spawn_blocking`. Every `nix` invocation passes
 //! `--extra-experimental-features 'nix-command flakes'`. A missing `nix` or
 //! `nix-store` binary is [`NixError::NixNotInstalled`].
+//!
+//! # Where things are
+//!
+//! `build.rs` (nix build, sources), `store.rs` (store paths: validity,
+//! realising), `gcroots.rs` (GC roots of records), `command.rs` (running
+//! nix), `error.rs`.
 
 mod build;
 mod command;

@@ -1,5 +1,16 @@
 //! `kix-operator`: keeps the current `engine: operator` Activation of every Kix
 //! cluster applied. Leader election makes sure one replica applies at a time.
+//!
+//! # Where things are
+//!
+//! - `controller.rs`: the reconcile of a record (plan, the gates, deploy
+//!   through the engine) and the finalizer; `guard.rs`: what keeps an
+//!   Active record's upkeep quiet (budget holds, deletions, status writes);
+//!   `fights.rs`: drift fights; `triggers.rs`: watches on owned objects;
+//!   `tenant.rs`: a tenant's impersonated client; `metrics.rs`, `http.rs`.
+//! - A rule that refuses or holds a change is a gate of the engine
+//!   (`kix_engine::gates`), called here as the CLI calls it; never a check
+//!   of its own. A health rule goes in kix-health.
 
 mod controller;
 mod fights;

@@ -24,6 +24,12 @@
 //! CEL rules (`x-kubernetes-validations`) are not evaluated: they need
 //! Kubernetes' CEL libraries (quantities, URLs, `format.named`, transition
 //! rules), which no Rust CEL crate has; [`Report::unchecked`] lists them.
+//!
+//! # Where things are
+//!
+//! `catalogue.rs` (the release schemas), `schema.rs` (a schema and a CRD's
+//! structural schema), `check.rs` (an object against a schema),
+//! `formats.rs`, `report.rs`.
 
 mod catalogue;
 mod check;
