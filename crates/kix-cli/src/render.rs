@@ -93,6 +93,18 @@ pub fn plan_text(plan: &Plan, style: Style, show_unchanged: bool) -> String {
         }
         migrations_text(&mut out, plan, &package.name, style);
         for object in &package.objects {
+            let completed =
+                kix_engine::health::completed::is_completed(object.action, object.note.as_deref());
+            if completed && !show_unchanged {
+                // A Job that ran for this manifest: said, not run again.
+                let _ = writeln!(
+                    out,
+                    "  {}(completed) {}",
+                    style.action(Action::Unchanged),
+                    object.key
+                );
+                continue;
+            }
             if object.action == Action::Unchanged && !show_unchanged {
                 continue;
             }

@@ -500,7 +500,8 @@ async fn run(
     let mut changes = ChangeSet::default();
     let waves = apply_waves(&run, lease, &mut status, &mut packages, &mut changes).await?;
     // Jobs that completed are not run again for this manifest.
-    if let Err(error) = crate::health::completed::remember(client, plan, &run.name).await {
+    let remembered = crate::health::completed::remember(client, plan, &run.name, waves.healthy);
+    if let Err(error) = remembered.await {
         warn!(%error, "cannot remember the completed Jobs on {}", run.name);
     }
     if waves.healthy && options.prune {

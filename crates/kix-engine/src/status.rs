@@ -253,6 +253,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
         .filter(|r| Some(r.name_any()) != current.map(|c| c.name_any()))
         .map(|r| RecordSummary::new(r, false));
     let clusters = activation_clusters(&all);
+    let completed_jobs = crate::health::completed::of_cluster(&all, cluster);
     // Read meanwhile: it was a round trip after the judging.
     let (instances, package_instances) = {
         let (client, cluster) = (client.clone(), cluster.to_string());
@@ -398,6 +399,13 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             d.key.name.clone(),
         );
         let verdict = match mine_live.get(&d.key) {
+            // Removed after it finished (its TTL): it ran for this build.
+            None if crate::health::completed::holds(&completed_jobs, &d.key, &d.digest) => {
+                Verdict::of(
+                    HealthState::Ready,
+                    Some("completed; removed after it finished".into()),
+                )
+            }
             None => Verdict::of(HealthState::Missing, None),
             Some(l) => l.verdict.clone(),
         };

@@ -1,0 +1,108 @@
+//! Jobs run once per build (ingress-nginx's admission Jobs): a Job kix
+//! applied that finished, and that the TTL controller then removed, is not
+//! created again while the build's Job is unchanged: not by a redeploy,
+//! not by `--reconcile`; a changed Job runs again.
+//!
+//! The control plane runs the job and TTL-after-finished controllers, and
+//! KWOK completes the pods of Jobs.
+
+mod cli_support;
+
+use std::time::{Duration, Instant};
+
+use cli_support::Kix;
+
+/// ingress-nginx's admission-create Job, as published (TTL 0: removed as
+/// soon as it finished), with `arg` as its container's argument.
+fn job(arg: &str) -> String {
+    format!(
+        "---\napiVersion: batch/v1\nkind: Job\nmetadata:\n  name: admission-create\n\
+         spec:\n  ttlSecondsAfterFinished: 0\n  backoffLimit: 0\n  template:\n    spec:\n\
+         \x20     restartPolicy: OnFailure\n      containers:\n        - name: create\n\
+         \x20         image: registry.k8s.io/ingress-nginx/kube-webhook-certgen:v1.6.4\n\
+         \x20         args: [create, \"{arg}\"]\n"
+    )
+}
+
+fn job_exists(kix: &Kix) -> bool {
+    kix_testkit::kubectl_output(&["get", "job", "-n", kix.ns(), "admission-create"]).is_ok()
+}
+
+fn wait_gone(kix: &Kix) {
+    let until = Instant::now() + Duration::from_secs(90);
+    while job_exists(kix) {
+        assert!(
+            Instant::now() < until,
+            "the TTL controller never removed the Job"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[tokio::test]
+async fn a_finished_job_removed_by_its_ttl_is_not_run_again_for_the_same_build() {
+    let kix = Kix::new("jobs-once").await;
+    let objects = cli_support::configmap("settings", "1") + &job("--host=a");
+    let tree = kix.tree("v1", &objects, serde_json::json!({}));
+    let path = tree.to_str().expect("utf-8");
+    kix.deploy(&tree, &["--timeout", "90s"]).ok();
+    wait_gone(&kix);
+
+    // The plan has nothing to do: the Job finished for this build.
+    let plan = kix.kix(&["plan", kix.cluster(), "--path", path, "--exit-code"]);
+    assert_eq!(plan.code, Some(0), "{}", plan.stdout);
+    assert!(
+        plan.stdout.contains("unchanged (completed)"),
+        "{}",
+        plan.stdout
+    );
+
+    // Redeploys do nothing, twice.
+    for _ in 0..2 {
+        let run = kix.deploy(&tree, &["--timeout", "30s"]).ok();
+        assert!(run.stdout.contains("nothing to do"), "{}", run.stdout);
+        assert!(!job_exists(&kix), "the Job was created again");
+    }
+
+    // Someone edits another object: --reconcile repairs it in seconds,
+    // and leaves the finished Job alone.
+    kix.kubectl(&[
+        "patch",
+        "configmap",
+        "-n",
+        kix.ns(),
+        "settings",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"v":"edited"}}"#,
+    ]);
+    let started = Instant::now();
+    kix.deploy(&tree, &["--reconcile", "--timeout", "60s"]).ok();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        kix.configmap("settings").map(|c| c["data"]["v"].clone()),
+        Some("1".into())
+    );
+    assert!(!job_exists(&kix), "the Job was created again");
+
+    // A changed Job runs again.
+    let changed = kix.tree(
+        "v2",
+        &(cli_support::configmap("settings", "1") + &job("--host=b")),
+        serde_json::json!({}),
+    );
+    let run = kix.deploy(&changed, &["--timeout", "90s"]).ok();
+    assert!(run.stdout.contains("create    Job.batch"), "{}", run.stdout);
+    let plan = kix.kix(&[
+        "plan",
+        kix.cluster(),
+        "--path",
+        changed.to_str().expect("utf-8"),
+        "--exit-code",
+    ]);
+    assert_eq!(plan.code, Some(0), "{}", plan.stdout);
+}
