@@ -29,6 +29,9 @@ let
 
   stateDir = "/var/lib/kix-operator";
   operatorKubeconfig = "${stateDir}/kubeconfig";
+  # The age key for SOPS-encrypted Secrets, copied from ageIdentityFile.
+  operatorAgeIdentity = "${stateDir}/age-identity.txt";
+  copyAgeIdentity = cfg.ageIdentityFile != null;
   isContainer = cfg.mode == "container";
   owner = if isContainer then toString (cfg.image.uid or 65532) else "kix-operator";
   group = if isContainer then toString (cfg.image.gid or 65532) else "kix-operator";
@@ -56,6 +59,7 @@ let
       "--log-format=${cfg.logFormat}"
       "--metrics-addr=${hostPort cfg.metricsAddress cfg.metricsPort}"
     ]
+    ++ lib.optional copyAgeIdentity "--age-identity=${operatorAgeIdentity}"
     ++ lib.concatLists (lib.mapAttrsToList renderFlag cfg.settings)
     ++ cfg.extraArgs;
   # One ExecStart argument: quoted, with systemd's specifiers escaped.
@@ -91,6 +95,16 @@ let
     ${pkgs.coreutils}/bin/install -m 0400 -o ${owner} -g ${group} \
       ${lib.escapeShellArg cfg.kubeconfigFile} ${stateDir}/.kubeconfig.new
     ${pkgs.coreutils}/bin/mv -f ${stateDir}/.kubeconfig.new ${operatorKubeconfig}
+  '';
+
+  # Root copies the key for the operator's user before each start: the
+  # file stays where the administrator keeps it, never in the store.
+  prepareAgeIdentity = pkgs.writeShellScript "kix-operator-age-identity" ''
+    set -eu
+    ${pkgs.coreutils}/bin/install -d -m 0750 -o ${owner} -g ${group} ${stateDir}
+    ${pkgs.coreutils}/bin/install -m 0400 -o ${owner} -g ${group} \
+      ${lib.escapeShellArg cfg.ageIdentityFile} ${stateDir}/.age-identity.new
+    ${pkgs.coreutils}/bin/mv -f ${stateDir}/.age-identity.new ${operatorAgeIdentity}
   '';
 
   ruleType = types.attrsOf (types.listOf types.str);
@@ -239,6 +253,14 @@ in
       gets a copy only without rbac.useServiceAccount. null: no
       --kubeconfig, the operator uses the in-cluster configuration.
     '';
+    ageIdentityFile = option (types.nullOr types.str) null ''
+      age identity file (as age-keygen writes it) that decrypts the
+      SOPS-encrypted Secrets of the builds the operator applies, as a string
+      ("/run/keys/kix-age.txt"): a Nix path would copy the key into the
+      store. Copied (mode 0400, the operator's user) to
+      /var/lib/kix-operator/age-identity.txt before each start and passed
+      as --age-identity; the values are decrypted in memory only.
+    '';
     logFormat = option (types.enum [ "text" "json" ]) "text" "Log format on stderr (journald): --log-format.";
     metricsPort = option types.port 8080 "Port of /metrics, /healthz and /readyz (--metrics-addr).";
     metricsAddress = option types.str "0.0.0.0" "IP address /metrics, /healthz and /readyz listen on (--metrics-addr).";
@@ -374,6 +396,10 @@ in
           assertion = !cfg.rbac.useServiceAccount || cfg.bootstrap.enable;
           message = "services.kix-operator.rbac.useServiceAccount needs bootstrap.enable (the bootstrap writes its kubeconfig).";
         }
+        {
+          assertion = cfg.ageIdentityFile == null || !lib.hasPrefix builtins.storeDir cfg.ageIdentityFile;
+          message = "services.kix-operator.ageIdentityFile is in the Nix store, where every user can read it: keep the key outside (\"/run/keys/...\", \"/var/lib/...\").";
+        }
       ]
       ++ lib.concatLists (lib.mapAttrsToList (name: c: [
         {
@@ -440,7 +466,7 @@ in
           "/nix/var/nix/daemon-socket:/nix/var/nix/daemon-socket"
           "${cfg.gcRootsDir}:${cfg.gcRootsDir}"
         ]
-        ++ lib.optional hasKubeconfig "${stateDir}:${stateDir}:ro";
+        ++ lib.optional (hasKubeconfig || copyAgeIdentity) "${stateDir}:${stateDir}:ro";
         extraOptions = [
           "--network=host"
           "--read-only"
@@ -453,7 +479,9 @@ in
       systemd.services."${config.virtualisation.oci-containers.backend}-kix-operator" = {
         wants = bootstrapUnits ++ k3sUnits;
         after = bootstrapUnits ++ k3sUnits ++ [ "nix-daemon.socket" ];
-        serviceConfig.ExecStartPre = lib.optional copyKubeconfig "${prepareKubeconfig}";
+        serviceConfig.ExecStartPre =
+          lib.optional copyKubeconfig "${prepareKubeconfig}"
+          ++ lib.optional copyAgeIdentity "${prepareAgeIdentity}";
       };
     })
 
@@ -474,7 +502,9 @@ in
         path = [ cfg.nixPackage ];
         startLimitIntervalSec = 0;
         serviceConfig = {
-          ExecStartPre = lib.optional copyKubeconfig "+${prepareKubeconfig}";
+          ExecStartPre =
+            lib.optional copyKubeconfig "+${prepareKubeconfig}"
+            ++ lib.optional copyAgeIdentity "+${prepareAgeIdentity}";
           ExecStart = lib.concatMapStringsSep " " systemdArg ([ "${cfg.package}/bin/kix-operator" ] ++ arguments);
           User = "kix-operator";
           Group = "kix-operator";

@@ -157,6 +157,7 @@ let
 in
 {
   moduleOptionNames = eq [
+    "ageIdentityFile"
     "bootstrap"
     "clusters"
     "container"
@@ -212,7 +213,7 @@ in
   optionDocsDefaultsWithoutStorePaths = eq [ ] (
     map (d: d.name) (builtins.filter (d: has "/nix/store" (builtins.toJSON (d.default or null))) docs)
   );
-  optionDocsCount = eq 33 (builtins.length docs);
+  optionDocsCount = eq 34 (builtins.length docs);
   moduleClusterOptionNames = eq [
     "absent"
     "acceptMigrations"
@@ -433,6 +434,33 @@ in
     builtins.length pre == 1 && lib.hasPrefix "+" (builtins.head pre) && has "-o kix-operator -g kix-operator" (builtins.head pre)
   );
   hostUser = ok (host.users.users.kix-operator.isSystemUser && host.users.groups ? kix-operator);
+  # The age key for encrypted Secrets: a string path, copied by root for
+  # the operator's user before each start, passed as --age-identity; never
+  # a store path.
+  ageIdentityCopiedAndPassed = ok (
+    let
+      unit =
+        (eval {
+          enable = true;
+          mode = "host";
+          kubeconfigFile = k3sKubeconfig;
+          rbac.useServiceAccount = false;
+          ageIdentityFile = "/run/keys/kix-age.txt";
+        }).systemd.services.kix-operator;
+      pre = unit.serviceConfig.ExecStartPre;
+    in
+    has "--age-identity=/var/lib/kix-operator/age-identity.txt" unit.serviceConfig.ExecStart
+    && builtins.length pre == 2
+    && lib.hasPrefix "+" (builtins.elemAt pre 1)
+  );
+  ageIdentityNotInTheStore = ok (
+    builtins.any (m: has "ageIdentityFile is in the Nix store" m) (
+      failedAssertions (eval {
+        enable = true;
+        ageIdentityFile = "${builtins.storeDir}/0123456789abcdfghijklmnpqrsvwxyz-key.txt";
+      })
+    )
+  );
   hostHasNoContainer = ok (host.virtualisation.oci-containers.containers == { } && host.system.extraDependencies == [ ]);
 
   # The token Secret comes after its ServiceAccount.
