@@ -163,9 +163,30 @@ mod tests {
 
     #[test]
     fn the_newest_record_that_remembers_is_read() {
-        let record = |name: &str, completed: Option<&str>| {
-            let mut r = Activation::new(name, Default::default());
-            r.metadata.labels = Some([("kix.run/cluster".to_owned(), "c".to_owned())].into());
+        let record = |seq: u64, completed: Option<&str>| {
+            let spec = kix_api::ActivationSpec {
+                cluster: "c".into(),
+                source: kix_api::Source {
+                    path: format!("/nix/store/{seq:0>32}-x"),
+                    flake: None,
+                    revision: None,
+                },
+                receipt: kix_api::Receipt {
+                    user: "u".into(),
+                    host: "h".into(),
+                    kix_version: "0".into(),
+                    time: chrono::DateTime::UNIX_EPOCH,
+                    plan_digest: String::new(),
+                    counts: kix_api::Counts::default(),
+                    accepted: Default::default(),
+                    rollback_from: None,
+                    accepted_deletions: None,
+                    saved_plan: false,
+                },
+                engine: kix_api::Engine::Local,
+                service_account: None,
+            };
+            let mut r = Activation::new_record(seq, spec);
             if let Some(text) = completed {
                 r.metadata.annotations =
                     Some([(ANNOTATION_COMPLETED_JOBS.to_owned(), text.to_owned())].into());
@@ -173,9 +194,9 @@ mod tests {
             r
         };
         let records = vec![
-            record("c-1", Some(r#"{"web/create":"old"}"#)),
-            record("c-2", Some(r#"{"web/create":"new"}"#)),
-            record("c-3", None),
+            record(1, Some(r#"{"web/create":"old"}"#)),
+            record(2, Some(r#"{"web/create":"new"}"#)),
+            record(3, None),
         ];
         assert_eq!(
             of_cluster(&records, "c")
