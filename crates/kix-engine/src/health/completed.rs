@@ -14,7 +14,8 @@ use kix_manifest::ObjectKey;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 
-use crate::plan::{Action, Plan};
+use crate::plan_object::Action;
+use crate::plan_value::Plan;
 
 /// On an Activation record: `{"<namespace>/<name>": "<digest>"}` of the
 /// build's Jobs that completed.
