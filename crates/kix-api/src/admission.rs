@@ -83,6 +83,18 @@ pub struct Tenant {
     pub service_account: ServiceAccountRef,
 }
 
+impl Tenant {
+    /// The declared writers and the tenant's own ServiceAccount.
+    pub fn writers_with_account(&self) -> Subjects {
+        let mut writers = self.writers.clone();
+        let account = self.service_account.username();
+        if !writers.users.contains(&account) {
+            writers.users.push(account);
+        }
+        writers
+    }
+}
+
 /// The platform's declaration: the subjects that may write every record (the
 /// operator, administrators) and each Kix cluster's tenant.
 ///
@@ -157,7 +169,9 @@ fn cel_service_account_of(object: &str) -> String {
 }
 
 /// `cluster == 'a' && <writers of a> || cluster == 'b' && ...`, `false` when
-/// no tenant is declared.
+/// no tenant is declared. A Kix cluster's own ServiceAccount is one of its
+/// writers: the CLI creates the record acting as it, and the operator's
+/// deploy writes the record's status acting as it.
 fn cel_tenant_writes(tenants: &Tenants) -> String {
     let arms: Vec<String> = tenants
         .clusters
@@ -166,7 +180,7 @@ fn cel_tenant_writes(tenants: &Tenants) -> String {
             format!(
                 "(variables.cluster == {} && {})",
                 cel_string(cluster),
-                cel_is_one_of(&tenant.writers)
+                cel_is_one_of(&tenant.writers_with_account())
             )
         })
         .collect();
@@ -284,7 +298,7 @@ mod tests {
 
     #[test]
     fn service_accounts_parse_and_name_their_user() {
-        let sa = ServiceAccountRef::parse(" team-a/kix ").unwrap();
+        let sa = ServiceAccountRef::parse(" team-a/kix ").expect("an account");
         assert_eq!(sa.to_string(), "team-a/kix");
         assert_eq!(sa.username(), "system:serviceaccount:team-a:kix");
         for bad in ["kix", "/kix", "team-a/", "a/b/c", ""] {
@@ -299,7 +313,7 @@ mod tests {
             "clusters": {"team-a": {"groups": ["team-a"],
                 "serviceAccount": {"namespace": "team-a", "name": "kix"}}}
         }))
-        .unwrap();
+        .expect("a declaration");
         assert_eq!(
             tenants.clusters["team-a"].service_account.to_string(),
             "team-a/kix"
@@ -309,6 +323,33 @@ mod tests {
                 "serviceAccount": {"namespace": "team-a", "name": "kix"}}}
         }));
         assert!(typo.is_err());
+    }
+
+    /// The tenant's ServiceAccount writes its own Kix cluster's records
+    /// (the CLI and the operator act as it), not another's.
+    #[test]
+    fn a_tenants_account_writes_its_own_kix_clusters_records() {
+        let tenants: Tenants = serde_json::from_value(json!({
+            "clusters": {
+                "team-a": {"groups": ["team-a"],
+                           "serviceAccount": {"namespace": "team-a", "name": "kix"}},
+                "team-b": {"users": ["bob", "system:serviceaccount:team-b:kix"],
+                           "serviceAccount": {"namespace": "team-b", "name": "kix"}}
+            }
+        }))
+        .expect("a declaration");
+        let [policy, _] = admission_policy(&tenants);
+        let writes = policy["spec"]["variables"][3]["expression"]
+            .as_str()
+            .expect("an expression")
+            .to_string();
+        assert_eq!(
+            writes,
+            "(variables.cluster == 'team-a' && (request.userInfo.username in ['system:serviceaccount:team-a:kix'] || \
+             (has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in ['team-a'])))) || \
+             (variables.cluster == 'team-b' && (request.userInfo.username in ['bob', 'system:serviceaccount:team-b:kix'] || \
+             (has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in []))))"
+        );
     }
 
     #[test]
