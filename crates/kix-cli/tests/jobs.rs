@@ -7,6 +7,7 @@
 //! KWOK completes the pods of Jobs.
 
 mod cli_support;
+mod common;
 
 use std::time::{Duration, Instant};
 
@@ -105,4 +106,34 @@ async fn a_finished_job_removed_by_its_ttl_is_not_run_again_for_the_same_build()
         "--exit-code",
     ]);
     assert_eq!(plan.code, Some(0), "{}", plan.stdout);
+}
+
+#[tokio::test]
+async fn with_the_operator_running_a_finished_job_is_not_run_again() {
+    let kix = Kix::new("jobs-operator").await;
+    let _operator = common::Operator::start(
+        &kix_testkit::kubeconfig_path(),
+        &[kix.cluster()],
+        kix.ns(),
+        &kix_testkit::unique_name("lease"),
+        kix.dir.path().join("operator.log"),
+        None,
+    );
+    let objects = cli_support::configmap("settings", "1") + &job("--host=a");
+    let tree = kix.tree("v1", &objects, serde_json::json!({}));
+    kix.deploy(&tree, &["--operator"]).ok();
+    wait_gone(&kix);
+    // Over a resync of the test operator (10 s) and two redeploys of the
+    // same build, the Job is not created again.
+    let until = Instant::now() + Duration::from_secs(12);
+    while Instant::now() < until {
+        assert!(!job_exists(&kix), "the operator created the Job again");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for _ in 0..2 {
+        kix.deploy(&tree, &["--operator"]).ok();
+        assert!(!job_exists(&kix), "the Job was created again");
+    }
+    let log = std::fs::read_to_string(kix.dir.path().join("operator.log")).unwrap_or_default();
+    assert!(!job_exists(&kix), "operator log:\n{log}");
 }
