@@ -18,7 +18,8 @@
 # deploys that generation's build, switching back rolls back to the first
 # (rollbackFrom), re-activating the same build writes nothing, and a
 # generation whose plan needs an acceptance the host did not give fails
-# switch-to-configuration with the reason in the unit's log.
+# switch-to-configuration with the reason in the unit's log (and on a Failed
+# `engine: local` record; the previous one stays Active).
 {
   pkgs,
   self,
@@ -236,7 +237,12 @@ pkgs.testers.runNixOSTest {
         )
         log = machine.succeed("journalctl -u kix-declare-declared.service --no-pager")
         assert "needs acceptance" in log and "delete Namespace/kix-decl" in log, log
-        assert declared_records()[-1] == "declared-3=Active", declared_records()
+        # Recorded as a Failed local record the operator ignores.
+        assert declared_records()[-2:] == ["declared-3=Active", "declared-4=Failed"], declared_records()
+        engine = machine.succeed(
+            f"{kubectl} get activation declared-4 -o jsonpath='{{.spec.engine}}'"
+        ).strip()
+        assert engine == "local", engine
         assert declared_greeting() == "generation one", declared_greeting()
   '';
 }

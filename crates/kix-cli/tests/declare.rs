@@ -2,7 +2,8 @@
 //! activation of a generation, against the real control plane and operator:
 //! a first generation deploys, the same build again writes nothing, a
 //! second generation deploys, switching back to the first rolls back to it
-//! (`rollbackFrom`), acceptance is given only for what the host names,
+//! (`rollbackFrom`), acceptance is given only for what the host names (a
+//! refusal is a Failed `engine: local` record the operator ignores),
 //! `kix deploy` warns that the host declares the Kix cluster, and a cluster
 //! declared absent is pruned through the deletion budget.
 
@@ -154,6 +155,53 @@ async fn generations_deploy_the_same_build_writes_nothing_and_an_older_one_rolls
     assert!(run.stderr.contains("next activation"), "{}", run.stderr);
 }
 
+/// Record `sequence` is the refusal of `path`: `engine: local` (the
+/// operator ignores it), Failed with the reason, claiming no acceptance,
+/// marked as the host's; record 1 is still the current one, Active, and
+/// nothing of the refused build was applied.
+async fn assert_refused(kix: &Kix, sequence: u64, path: &str, reason: &str) {
+    let records = kix.records().await;
+    assert_eq!(records.len() as u64, sequence, "one record for the refusal");
+    let refused = &records[records.len() - 1];
+    assert_eq!(kube::ResourceExt::name_any(refused), kix.name(sequence));
+    assert_eq!(refused.spec.engine, kix_api::Engine::Local);
+    assert_eq!(refused.spec.source.path, path);
+    assert_eq!(refused.phase(), Some(Phase::Failed));
+    let message = refused
+        .status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains("needs acceptance"), "{message}");
+    assert!(message.contains(reason), "{message}");
+    assert!(
+        refused.spec.receipt.accepted.is_empty(),
+        "claims no acceptance"
+    );
+    assert_eq!(refused.spec.receipt.accepted_deletions, None);
+    assert_eq!(
+        kube::ResourceExt::annotations(refused)
+            .get(ANNOTATION_DECLARED_BY)
+            .map(String::as_str),
+        Some(HOST)
+    );
+    assert_eq!(records[0].phase(), Some(Phase::Active), "still current");
+    // The operator leaves it alone: no finalizer, no status of its own.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let again = kix.records().await;
+    let refused = &again[again.len() - 1];
+    assert!(kube::ResourceExt::finalizers(refused).is_empty());
+    assert_eq!(refused.phase(), Some(Phase::Failed));
+    assert_eq!(
+        refused.status.as_ref().and_then(|s| s.message.clone()),
+        Some(message)
+    );
+    assert_eq!(value(kix, "legacy").as_deref(), Some("by hand"));
+    let current = &again[0];
+    assert_eq!(current.phase(), Some(Phase::Active));
+    assert_eq!(value(kix, "settings").as_deref(), Some("one"));
+}
+
 #[tokio::test]
 async fn acceptance_is_only_what_the_host_names_and_absent_prunes_through_the_budget() {
     let kix = Kix::new("declare-gates").await;
@@ -190,27 +238,61 @@ async fn acceptance_is_only_what_the_host_names_and_absent_prunes_through_the_bu
         &(configmap("settings", "one") + &configmap("legacy", "kix")),
     );
     let adoption = format!("adopt ConfigMap {}/legacy", kix.ns());
-    // Named otherwise: refused, nothing written, the reason on stderr
-    // (the unit's log).
+    // Named otherwise: refused, the reason on stderr (the unit's log) and
+    // on a Failed record the operator never acts on.
     let run = declare(&kix, &adopting, &["--accept", "migration web"]).code(1);
     assert!(run.stderr.contains("needs acceptance"), "{}", run.stderr);
     assert!(run.stderr.contains(&adoption), "{}", run.stderr);
     assert!(run.stderr.contains("acceptMigrations"), "{}", run.stderr);
-    assert_eq!(kix.records().await.len(), 1, "no record was written");
-    assert_eq!(value(&kix, "legacy").as_deref(), Some("by hand"));
+    assert!(
+        run.stderr
+            .contains(&format!("recorded as {}, Failed", kix.name(2))),
+        "{}",
+        run.stderr
+    );
+    assert_refused(&kix, 2, &adopting, &adoption).await;
+    // The current record is still reconciled: drift is put back.
+    let drift = json!({"data": {"v": "by hand"}});
+    cms.patch(
+        "settings",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&drift),
+    )
+    .await
+    .expect("drift settings");
+    common::poll(
+        "the drift put back",
+        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(1),
+        || async { (value(&kix, "settings").as_deref() == Some("one")).then_some(()) },
+    )
+    .await;
+    // The unit restarted with the same refusal: no second record.
+    let run = declare(&kix, &adopting, &[]).code(1);
+    assert!(
+        run.stderr
+            .contains(&format!("recorded as {} already", kix.name(2))),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(kix.records().await.len(), 2, "no second refusal record");
     // Named: the adoption is sealed into the record and applied.
     declare(&kix, &adopting, &["--accept", &adoption]).ok();
     assert_eq!(value(&kix, "legacy").as_deref(), Some("kix"));
     let records = kix.records().await;
-    assert_eq!(records.len(), 2);
-    assert_eq!(records[1].spec.receipt.accepted.adoptions, 1);
+    assert_eq!(records.len(), 3);
+    assert_eq!(records[2].spec.receipt.accepted.adoptions, 1);
+    assert_eq!(records[0].phase(), Some(Phase::Superseded));
 
     // absent = "prune": an empty build of the Kix cluster, within the
     // budget (2 objects, the budget allows 10); without --allow-empty the
-    // engine's empty-build guard refuses.
+    // engine's empty-build guard refuses, recorded as Failed.
     let run = declare(&kix, &empty, &[]).code(1);
     assert!(run.stderr.contains("nothing was changed"), "{}", run.stderr);
-    assert_eq!(kix.records().await.len(), 2, "no record was written");
+    let records = kix.records().await;
+    assert_eq!(records.len(), 4);
+    assert_eq!(records[3].phase(), Some(Phase::Failed));
+    assert_eq!(records[2].phase(), Some(Phase::Active), "still current");
     declare(&kix, &empty, &["--allow-empty"]).ok();
     common::poll(
         "the Kix cluster's objects pruned",

@@ -232,14 +232,6 @@ pub async fn exec(args: DeclareArgs, global: &GlobalArgs) -> anyhow::Result<Exit
     let style = crate::render::Style::detect();
     crate::output::print_stdout(&crate::render::plan_text(&plan, style, false))?;
     let needed = plan.needs_acceptance();
-    let refused = unaccepted(&needed, &args.accept);
-    if !refused.is_empty() {
-        bail!(
-            "the plan needs acceptance the host did not give: {}; nothing was changed (name each in services.kix-operator.clusters.{}.acceptMigrations, or `kix declare --accept`)",
-            refused.join("; "),
-            args.cluster
-        );
-    }
     let options = DeployOptions {
         engine: kix_api::Engine::Operator,
         force_conflicts: plan_options.force_conflicts,
@@ -257,15 +249,104 @@ pub async fn exec(args: DeclareArgs, global: &GlobalArgs) -> anyhow::Result<Exit
         },
         ..DeployOptions::default()
     };
-    kix_engine::deploy::check_plan(&plan, &build, &options)
-        .context("the declared build is refused: nothing was changed")?;
     let annotations = BTreeMap::from([(ANNOTATION_DECLARED_BY.to_string(), host)]);
+    if let Some(reason) = refusal(&plan, &build, &options, &args, &needed) {
+        let spec = kix_engine::deploy::activation_spec(&plan, &options);
+        let note = record_refusal(&client, &records, &plan, spec, annotations, &reason).await;
+        bail!("{reason}{note}");
+    }
     let spec = kix_engine::deploy::activation_spec(&plan, &options);
     let record = operator::create_annotated_record(&client, &plan, spec, annotations).await?;
     let name = record.name_any();
     kix_engine::drop_later(build);
     eprintln!("recorded {name}; waiting for the operator");
     settle(&client, &name, args.wait).await
+}
+
+/// Why the host's declaration is refused, if it is: acceptance the host did
+/// not give, or a gate of `kix deploy --operator` (budget, empty build,
+/// CRD versions, rights...).
+fn refusal(
+    plan: &kix_engine::plan::Plan,
+    build: &kix_manifest::Build,
+    options: &DeployOptions,
+    args: &DeclareArgs,
+    needed: &[String],
+) -> Option<String> {
+    let refused = unaccepted(needed, &args.accept);
+    if !refused.is_empty() {
+        return Some(format!(
+            "the plan needs acceptance the host did not give: {}; nothing was changed (name each in services.kix-operator.clusters.{}.acceptMigrations, or `kix declare --accept`)",
+            refused.join("; "),
+            args.cluster
+        ));
+    }
+    kix_engine::deploy::check_plan(plan, build, options)
+        .err()
+        .map(|err| format!("the declared build is refused: nothing was changed: {err}"))
+}
+
+/// The record of a refused declaration, for `kix history` and `kubectl get
+/// act`: `engine: local`, so the operator never acts on it, claiming no
+/// acceptance, then Failed with `reason`, so it is never current and the
+/// current record keeps being reconciled. The same refusal as the newest
+/// record (the unit restarted) is not written again. Returns a note for the
+/// error (the record's name, or why it could not be written).
+async fn record_refusal(
+    client: &kube::Client,
+    records: &[Activation],
+    plan: &kix_engine::plan::Plan,
+    mut spec: kix_api::ActivationSpec,
+    annotations: BTreeMap<String, String>,
+    reason: &str,
+) -> String {
+    let message = format!("refused by kix declare: {reason}");
+    if let Some(last) = kix_engine::records::of_cluster(records, &plan.cluster).last()
+        && repeats(last, &spec, &annotations, &message)
+    {
+        return format!(" (recorded as {} already)", last.name_any());
+    }
+    spec.engine = kix_api::Engine::Local;
+    spec.receipt.accepted = kix_api::Accepted::default();
+    spec.receipt.accepted_deletions = None;
+    spec.receipt.saved_plan = false;
+    let sequence = Activation::sequence_in(&plan.activation, &plan.cluster).unwrap_or(1);
+    let mut record = Activation::new_record(sequence, spec);
+    record.annotations_mut().extend(annotations);
+    let api: kube::Api<Activation> = kube::Api::all(client.clone());
+    let written = async {
+        let created = api
+            .create(&kube::api::PostParams::default(), &record)
+            .await?;
+        let status = kix_api::ActivationStatus {
+            phase: Some(Phase::Failed),
+            message: Some(message),
+            ..Default::default()
+        };
+        kix_engine::records::set_status(client, &created.name_any(), &status).await?;
+        anyhow::Ok(created.name_any())
+    };
+    match written.await {
+        Ok(name) => format!(" (recorded as {name}, Failed)"),
+        Err(err) => format!(" (the refusal could not be recorded: {err:#})"),
+    }
+}
+
+/// Whether `last` is already the record of this refusal: a Failed local
+/// record of the same build, host and message.
+fn repeats(
+    last: &Activation,
+    spec: &kix_api::ActivationSpec,
+    annotations: &BTreeMap<String, String>,
+    message: &str,
+) -> bool {
+    last.spec.engine == kix_api::Engine::Local
+        && last.phase() == Some(Phase::Failed)
+        && last.spec.source.path == spec.source.path
+        && annotations
+            .iter()
+            .all(|(k, v)| last.annotations().get(k) == Some(v))
+        && last.status.as_ref().and_then(|s| s.message.as_deref()) == Some(message)
 }
 
 /// Waits for the operator to settle `name`: Active exits 0; Degraded exits 1
