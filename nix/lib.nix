@@ -1,7 +1,8 @@
 # The kix Nix library.
 #
-#   kix.lib.mkCluster { pkgs, name, packages, settings ? {}, health ? [] }
+#   kix.lib.mkCluster { pkgs, name, packages, settings ? {}, health ? [], serviceAccount ? null }
 #   kix.lib.mkFleet { name, members, waves, maxParallel ? null, pause ? "0s" }  (nix/fleet.nix)
+#   kix.lib.mkTenants { pkgs, platform ? {}, clusters }  (nix/tenants.nix)
 #
 # returns a derivation whose output is a format-1 manifest tree:
 #
@@ -43,6 +44,12 @@
 # deploy deleting more than `percent` % of the owned objects and more than
 # `floor` objects needs consent). Null values are dropped; unknown settings pass through
 # to kix.json unchanged.
+#
+# `serviceAccount = { namespace = "team-a"; name = "kix"; }` (also accepted
+# as `settings.serviceAccount`; both given, they must be equal): the
+# ServiceAccount every request made for this Kix cluster acts as (the CLI
+# and the operator impersonate it), written to kix.json as
+# `settings.serviceAccount`. Exactly those two attributes, non-empty strings.
 #
 # The only thing taken from `pkgs` is `pkgs.runCommand name env script`, so the
 # library works with nixpkgs or with a plain host-tools builder (see
@@ -249,6 +256,7 @@ let
       packages,
       settings ? { },
       health ? [ ],
+      serviceAccount ? null,
     }:
     let
       fail = msg: throw "kix.mkCluster: cluster ${quote name}: ${msg}";
@@ -583,7 +591,32 @@ let
           (!(s ? context) || isString s.context && s.context != "" || sfail "`context` must be a non-empty string, got ${describeValue s.context}")
           (!(s ? deletionBudget) || isAttrs s.deletionBudget || sfail "`deletionBudget` must be an attrset { percent; floor; }, got ${describeValue s.deletionBudget}")
           (!(s ? deletionBudget) || checkDeletionBudget s.deletionBudget)
-        ] s;
+          (!(s ? serviceAccount) || checkServiceAccount "settings.serviceAccount" s.serviceAccount)
+          (
+            serviceAccount == null
+            || !(s ? serviceAccount)
+            || s.serviceAccount == serviceAccount
+            || fail "`serviceAccount` (${toJSON serviceAccount}) and `settings.serviceAccount` (${toJSON s.serviceAccount}) differ: give it once"
+          )
+          (serviceAccount == null || checkServiceAccount "serviceAccount" serviceAccount)
+        ] (s // (if serviceAccount == null then { } else { inherit serviceAccount; }));
+
+      # `{ namespace = "team-a"; name = "kix"; }`: exactly these two,
+      # non-empty strings.
+      checkServiceAccount =
+        what: a:
+        let
+          afail = msg: fail "`${what}`: ${msg}";
+          keys = if isAttrs a then attrNames a else [ ];
+          unknown = filter (k: k != "namespace" && k != "name") keys;
+          field = k: isString (a.${k} or null) && a.${k} != "" || afail "`${k}` must be a non-empty string, got ${describeValue (a.${k} or null)}";
+        in
+        checkAll [
+          (isAttrs a || afail "must be an attrset { namespace; name; } naming a ServiceAccount, got ${describeValue a}")
+          (unknown == [ ] || afail "unknown attribute `${head unknown}` (a ServiceAccount is { namespace; name; })")
+          (field "namespace")
+          (field "name")
+        ] true;
 
       # `deletionBudget = { percent = 25; floor = 10; }`: both optional.
       checkDeletionBudget =
@@ -788,7 +821,17 @@ let
       quote
       ;
   };
+  # kix.lib.mkTenants { pkgs, platform ? {}, clusters } (nix/tenants.nix):
+  # who may write which Kix cluster's records, and whom each acts as.
+  mkTenants = import ./tenants.nix {
+    inherit
+      isDnsLabel
+      describeValue
+      quote
+      checkAll
+      ;
+  };
 in
 {
-  inherit mkCluster checkCluster mkFleet format;
+  inherit mkCluster checkCluster mkFleet mkTenants format;
 }

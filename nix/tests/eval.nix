@@ -308,6 +308,37 @@ let
       packages = { };
       settings.deletionBudget = { percent = 50; floor = 3; };
     }).settings.deletionBudget;
+    # The account the Kix cluster acts as, in kix.json's settings; given
+    # as settings.serviceAccount too, or both the same.
+    serviceAccountInKixJson = eq {
+      namespace = "team-a";
+      name = "kix";
+    } (fromJSON (mk {
+      packages = { };
+      serviceAccount = {
+        namespace = "team-a";
+        name = "kix";
+      };
+    }).kix_cluster).settings.serviceAccount;
+    serviceAccountAsSetting = eq "team-a" (mk {
+      packages = { };
+      settings.serviceAccount = {
+        namespace = "team-a";
+        name = "kix";
+      };
+    }).settings.serviceAccount.namespace;
+    serviceAccountBothTheSame = eq "kix" (mk {
+      packages = { };
+      serviceAccount = {
+        namespace = "team-a";
+        name = "kix";
+      };
+      settings.serviceAccount = {
+        namespace = "team-a";
+        name = "kix";
+      };
+    }).settings.serviceAccount.name;
+    noServiceAccountNoSetting = eq false ((fromJSON clusters.basic.kix_cluster).settings ? serviceAccount);
     compoundMaxAge = eq "1d12h" (mk {
       packages = { };
       settings.maxAge = "1d12h";

@@ -426,6 +426,58 @@ in
         settings.deletionBudget.share = 5;
       });
 
+  # serviceAccount: exactly { namespace; name; }, non-empty strings, given
+  # once (or the same in both places).
+  serviceAccountNotAnAttrset =
+    case
+      [ "cluster \"prod\"" "`serviceAccount`" "must be an attrset { namespace; name; }" "team-a/kix" ]
+      (mk {
+        packages = { };
+        serviceAccount = "team-a/kix";
+      });
+  serviceAccountEmptyName =
+    case
+      [ "cluster \"prod\"" "`serviceAccount`" "`name` must be a non-empty string" ]
+      (mk {
+        packages = { };
+        serviceAccount = {
+          namespace = "team-a";
+          name = "";
+        };
+      });
+  serviceAccountMissingNamespace =
+    case
+      [ "`serviceAccount`" "`namespace` must be a non-empty string, got null" ]
+      (mk {
+        packages = { };
+        serviceAccount.name = "kix";
+      });
+  serviceAccountUnknownAttribute =
+    case
+      [ "`settings.serviceAccount`" "unknown attribute `kind`" ]
+      (mk {
+        packages = { };
+        settings.serviceAccount = {
+          namespace = "team-a";
+          name = "kix";
+          kind = "ServiceAccount";
+        };
+      });
+  serviceAccountTwiceDifferent =
+    case
+      [ "`serviceAccount`" "`settings.serviceAccount`" "differ" ]
+      (mk {
+        packages = { };
+        serviceAccount = {
+          namespace = "team-a";
+          name = "kix";
+        };
+        settings.serviceAccount = {
+          namespace = "team-b";
+          name = "kix";
+        };
+      });
+
   missingManifest =
     case
       [
