@@ -107,12 +107,11 @@ pub(crate) fn drop_custom_status(
     }
     for object in packages.iter_mut().flat_map(|p| p.objects.iter_mut()) {
         let version = object.api_version.rsplit('/').next().unwrap_or_default();
-        let key = (
-            object.key.group.clone(),
-            object.key.kind.clone(),
-            version.to_owned(),
-        );
-        if !with_status.contains(&key) {
+        // A few CRD versions against every object: compared, not allocated.
+        let served_with_status = with_status.iter().any(|(group, kind, v)| {
+            *group == object.key.group && *kind == object.key.kind && v == version
+        });
+        if !served_with_status {
             continue;
         }
         let mut manifest = object.manifest();
