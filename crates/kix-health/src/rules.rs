@@ -99,11 +99,6 @@ impl Rules {
         })
     }
 
-    /// Whether these rules declare any user rule.
-    pub fn has_user_rules(&self) -> bool {
-        !self.user.is_empty()
-    }
-
     /// The health of a live object and the rule that judged it.
     pub fn judge(&self, obj: &Value) -> Verdict {
         self.judge_at(obj, Utc::now())
