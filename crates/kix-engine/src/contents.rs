@@ -7,6 +7,7 @@
 //! `remainingItemCount` gives the rest), only for the plans that delete a
 //! Namespace or a CRD.
 
+use kix_manifest::group_kind;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::{ApiResource, Discovery, Scope, verbs};
@@ -18,8 +19,8 @@ use crate::plan_object::{Action, PlannedObject};
 pub async fn count(client: &Client, prune: &mut [PlannedObject]) -> Result<()> {
     let mut namespaced: Option<Vec<ApiResource>> = None;
     for o in prune.iter_mut().filter(|o| o.action == Action::Delete) {
-        o.takes_with_it = match (o.key.group.as_str(), o.key.kind.as_str()) {
-            ("", "Namespace") => {
+        o.takes_with_it = match o.key.group_kind() {
+            group_kind::NAMESPACE => {
                 if namespaced.is_none() {
                     namespaced = Some(namespaced_kinds(client).await?);
                 }
@@ -31,9 +32,7 @@ pub async fn count(client: &Client, prune: &mut [PlannedObject]) -> Result<()> {
                 }
                 Some(total)
             }
-            ("apiextensions.k8s.io", "CustomResourceDefinition") => {
-                custom_resources(client, &o.key.name).await
-            }
+            group_kind::CUSTOM_RESOURCE_DEFINITION => custom_resources(client, &o.key.name).await,
             _ => continue,
         };
     }

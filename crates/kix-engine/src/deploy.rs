@@ -1095,13 +1095,17 @@ fn unhealthy_reasons(report: &crate::wait::WaitReport, options: &DeployOptions) 
 
 /// Kinds without a status: always healthy, never waited for.
 fn has_no_health(key: &ObjectKey) -> bool {
+    use kix_manifest::group_kind::{CONFIG_MAP, GroupKind, SECRET, SERVICE_ACCOUNT};
+    const RBAC: &str = "rbac.authorization.k8s.io";
     matches!(
-        (key.group.as_str(), key.kind.as_str()),
-        ("", "ConfigMap" | "Secret" | "ServiceAccount")
-            | (
-                "rbac.authorization.k8s.io",
-                "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding"
-            )
+        key.group_kind(),
+        CONFIG_MAP
+            | SECRET
+            | SERVICE_ACCOUNT
+            | GroupKind {
+                group: RBAC,
+                kind: "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding"
+            }
     )
 }
 

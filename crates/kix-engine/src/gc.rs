@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use kix_api::{Activation, ObjectRef, Phase};
-use kix_manifest::{ObjectKey, Settings};
+use kix_manifest::{GroupVersionKind, ObjectKey, Settings};
 use kix_nix::GcRoots;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
 use kube::discovery::ApiResource;
@@ -494,7 +494,8 @@ pub async fn plan(
         }
         for record in &mine {
             for kind in record.status.iter().flat_map(|s| &s.kinds) {
-                let Some((api_version, kind)) = kind.rsplit_once('/') else {
+                let Some(GroupVersionKind { api_version, kind }) = GroupVersionKind::parse(kind)
+                else {
                     continue;
                 };
                 if let Some(r) = resources.get(api_version, kind).await?

@@ -56,7 +56,7 @@ use kix_api::{
     PackageInstance, owner_value,
 };
 use kix_manifest::{
-    ActionKind, Build, MigrationAction, ObjectKey, ObjectRef, Package, VersionRange,
+    ActionKind, Build, MigrationAction, MigrationRef, ObjectKey, Package, VersionRange,
     compare_versions, group_of, is_well_known_cluster_scoped,
 };
 use kube::Client;
@@ -160,7 +160,7 @@ pub fn select(package: &Package, installed: &str) -> Vec<PlannedMigration> {
 /// namespace is `package_ns`) names the object `key`. Without apiVersion any
 /// group matches; a cluster-scoped key matches whatever namespace the
 /// reference has.
-pub fn refers_to(reference: &ObjectRef, package_ns: Option<&str>, key: &ObjectKey) -> bool {
+pub fn refers_to(reference: &MigrationRef, package_ns: Option<&str>, key: &ObjectKey) -> bool {
     let group_ok = reference
         .api_version
         .as_deref()
@@ -311,7 +311,7 @@ async fn resolve(
     resources: &mut Resources,
     plan: &Plan,
     m: &PlannedMigration,
-    reference: &ObjectRef,
+    reference: &MigrationRef,
 ) -> Result<Option<(ApiResource, ObjectKey)>, String> {
     if let Some(d) = plan
         .desired
@@ -876,7 +876,7 @@ mod tests {
         let mut m = migration("1.0.0", "2.0.0");
         let action = |kind: &str, api_version: Option<&str>| MigrationAction {
             action: ActionKind::Delete,
-            object: ObjectRef {
+            object: MigrationRef {
                 api_version: api_version.map(str::to_owned),
                 kind: kind.into(),
                 namespace: None,
@@ -911,7 +911,7 @@ mod tests {
         let r = &planned[0].actions[0].object;
         assert!(refers_to(r, Some("data"), &key(Some("data"))));
         assert!(!refers_to(r, Some("data"), &key(Some("other"))));
-        let bare = ObjectRef {
+        let bare = MigrationRef {
             api_version: None,
             kind: "Deployment".into(),
             namespace: None,

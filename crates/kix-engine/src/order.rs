@@ -13,7 +13,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use kix_manifest::{ObjectKey, Package, kind_rank};
+use kix_manifest::{ObjectKey, Package, group_kind, kind_rank};
 use serde::{Serialize, Serializer};
 
 use crate::desired::Desired;
@@ -32,9 +32,9 @@ pub enum Group {
 impl Group {
     /// The group of an object of `package`.
     pub fn of(key: &ObjectKey, package: &str) -> Group {
-        match (key.group.as_str(), key.kind.as_str()) {
-            ("apiextensions.k8s.io", "CustomResourceDefinition") => Group::Crds,
-            ("", "Namespace") => Group::Namespaces,
+        match key.group_kind() {
+            group_kind::CUSTOM_RESOURCE_DEFINITION => Group::Crds,
+            group_kind::NAMESPACE => Group::Namespaces,
             _ => Group::Package(package.to_owned()),
         }
     }

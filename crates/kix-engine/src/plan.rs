@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use futures::{FutureExt, StreamExt, stream};
 use kix_api::Activation;
-use kix_manifest::{Build, KeyMap, KeySet, ObjectKey};
+use kix_manifest::{Build, GroupVersionKind, KeyMap, KeySet, ObjectKey, group_kind};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
@@ -251,7 +251,7 @@ fn kinds_of(desired: &[Desired]) -> Vec<String> {
         .map(|d| (d.api_version.as_str(), d.key.kind.as_str()))
         .collect::<BTreeSet<_>>()
         .into_iter()
-        .map(|(api_version, kind)| format!("{api_version}/{kind}"))
+        .map(|(api_version, kind)| GroupVersionKind::new(api_version, kind).to_string())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect()
@@ -405,7 +405,7 @@ pub(crate) async fn recorded_kinds(
     let mut kind_list = KindList::new();
     for record in records {
         for kind in record.status.iter().flat_map(|s| &s.kinds) {
-            let Some((api_version, kind)) = kind.rsplit_once('/') else {
+            let Some(GroupVersionKind { api_version, kind }) = GroupVersionKind::parse(kind) else {
                 continue;
             };
             let (group, _) = split_api_version(api_version);
@@ -748,10 +748,10 @@ fn count<'a>(objects: impl Iterator<Item = &'a PlannedObject>) -> Counts {
 /// CRDs, Namespaces and PVCs take data or other objects with them.
 pub fn is_destructive(key: &ObjectKey) -> bool {
     matches!(
-        (key.group.as_str(), key.kind.as_str()),
-        ("apiextensions.k8s.io", "CustomResourceDefinition")
-            | ("", "Namespace")
-            | ("", "PersistentVolumeClaim")
+        key.group_kind(),
+        group_kind::CUSTOM_RESOURCE_DEFINITION
+            | group_kind::NAMESPACE
+            | group_kind::PERSISTENT_VOLUME_CLAIM
     )
 }
 
@@ -922,11 +922,7 @@ fn with_changes(
     result: &Value,
 ) {
     let manager = kix_api::field_manager(cluster);
-    planned.changes = diff(
-        live,
-        result,
-        d.key.kind == "Secret" && d.key.group.is_empty(),
-    );
+    planned.changes = diff(live, result, d.key.group_kind() == group_kind::SECRET);
     // The deploy hands them over first: their values stay.
     planned
         .changes

@@ -50,7 +50,7 @@ impl Resources {
     /// Learns the kinds the build's CRDs define, for objects of those kinds.
     pub fn learn_build_crds(&mut self, build: &Build) {
         for object in build.objects() {
-            if object.key.kind != "CustomResourceDefinition" {
+            if object.key.group_kind() != kix_manifest::group_kind::CUSTOM_RESOURCE_DEFINITION {
                 continue;
             }
             let manifest = object.manifest();

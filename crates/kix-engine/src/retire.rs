@@ -15,7 +15,7 @@
 use std::collections::BTreeSet;
 
 use kix_api::{ANNOTATION_ACTIVATIONS, Activation, ObjectRef, Phase};
-use kix_manifest::ObjectKey;
+use kix_manifest::{GroupVersionKind, ObjectKey};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
@@ -75,7 +75,7 @@ pub async fn release_objects(
 
     let mut kinds = Vec::new();
     for kind in record.status.iter().flat_map(|s| &s.kinds) {
-        let Some((api_version, kind)) = kind.rsplit_once('/') else {
+        let Some(GroupVersionKind { api_version, kind }) = GroupVersionKind::parse(kind) else {
             continue;
         };
         if let Some(r) = resources.get(api_version, kind).await?

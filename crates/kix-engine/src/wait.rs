@@ -21,6 +21,7 @@ use std::fmt;
 use std::time::Duration;
 
 use futures::stream::{self, BoxStream, StreamExt};
+use kix_manifest::{GroupKind, group_kind};
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Resource};
 use kube::discovery::ApiResource;
@@ -517,7 +518,7 @@ fn not_found() -> Health {
 }
 
 fn is_pod(resource: &ApiResource) -> bool {
-    resource.group.is_empty() && resource.kind == "Pod"
+    GroupKind::new(&resource.group, &resource.kind) == group_kind::POD
 }
 
 fn is_forbidden(error: &watcher::Error) -> bool {

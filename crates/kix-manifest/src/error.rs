@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::migration::{ActionKind, ObjectRef};
+use crate::migration::{ActionKind, MigrationRef};
 use crate::object::{ObjectKey, ObjectKeyError};
 
 /// Why [`read_tree`](crate::read_tree) rejected a build.
@@ -182,7 +182,7 @@ pub enum TreeError {
         from: String,
         to: String,
         action: ActionKind,
-        object: Box<ObjectRef>,
+        object: Box<MigrationRef>,
     },
     /// A health rule that does not compile, or two for one kind (the
     /// message names the file, the rule and the expression).

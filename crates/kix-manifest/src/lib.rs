@@ -27,6 +27,7 @@ pub mod decode;
 mod error;
 #[doc(hidden)]
 pub mod fast_yaml;
+pub mod group_kind;
 mod handoff;
 mod kinds;
 mod migration;
@@ -34,8 +35,8 @@ pub mod node;
 mod object;
 pub mod published;
 mod range;
-pub mod secrets;
 mod scalar;
+pub mod secrets;
 mod store_path;
 pub mod tree;
 mod value;
@@ -44,10 +45,11 @@ mod walk;
 mod yaml;
 
 pub use error::TreeError;
+pub use group_kind::{GroupKind, GroupVersionKind};
 pub use handoff::Handoff;
 pub use handoff::{segments as field_segments, select as select_fields, strip as strip_fields};
 pub use kinds::{is_well_known_cluster_scoped, kind_rank};
-pub use migration::{ActionKind, Migration, MigrationAction, ObjectRef};
+pub use migration::{ActionKind, Migration, MigrationAction, MigrationRef};
 pub use object::{
     KeyMap, KeySet, Object, ObjectKey, ObjectKeyError, canonical_digest, canonical_json, group_of,
 };

@@ -42,7 +42,7 @@ pub struct Migration {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MigrationAction {
     pub action: ActionKind,
-    pub object: ObjectRef,
+    pub object: MigrationRef,
 }
 
 /// What a migration does with an object.
@@ -78,7 +78,7 @@ impl fmt::Display for ActionKind {
 /// references are kept as written: the engine resolves them with discovery.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ObjectRef {
+pub struct MigrationRef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_version: Option<String>,
     pub kind: String,
@@ -87,7 +87,7 @@ pub struct ObjectRef {
     pub name: String,
 }
 
-impl ObjectRef {
+impl MigrationRef {
     /// The API group, when `apiVersion` is given.
     pub fn group(&self) -> Option<&str> {
         self.api_version.as_deref().and_then(group_of)
@@ -95,7 +95,7 @@ impl ObjectRef {
 }
 
 /// Like [`ObjectKey`](crate::ObjectKey): `Kind[.group] [namespace]/name`.
-impl fmt::Display for ObjectRef {
+impl fmt::Display for MigrationRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.kind)?;
         if let Some(group) = self.group().filter(|g| !g.is_empty()) {

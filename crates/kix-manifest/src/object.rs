@@ -135,14 +135,11 @@ impl ObjectKey {
         })
     }
 
-    /// `Kind` for the core group, `Kind.group` otherwise (`Deployment.apps`),
-    /// as kubectl spells resource types.
-    pub fn group_kind(&self) -> String {
-        if self.group.is_empty() {
-            self.kind.clone()
-        } else {
-            format!("{}.{}", self.kind, self.group)
-        }
+    /// The object's kind by group; shown `Kind` for the core group,
+    /// `Kind.group` otherwise (`Deployment.apps`), as kubectl spells
+    /// resource types.
+    pub fn group_kind(&self) -> crate::GroupKind<'_> {
+        crate::GroupKind::new(&self.group, &self.kind)
     }
 }
 
@@ -386,7 +383,7 @@ mod tests {
             }
         );
         assert_eq!(k.to_string(), "Deployment.apps web/frontend");
-        assert_eq!(k.group_kind(), "Deployment.apps");
+        assert_eq!(k.group_kind().to_string(), "Deployment.apps");
 
         let k = key(
             json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"web","namespace":""}}),
@@ -395,7 +392,7 @@ mod tests {
         assert_eq!(k.group, "");
         assert_eq!(k.namespace, None);
         assert_eq!(k.to_string(), "Namespace/web");
-        assert_eq!(k.group_kind(), "Namespace");
+        assert_eq!(k.group_kind().to_string(), "Namespace");
 
         let k = key(
             json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"s","namespace":"web"}}),

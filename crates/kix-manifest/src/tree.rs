@@ -336,7 +336,10 @@ impl Build {
                 .by_package
                 .insert(package.name.clone(), package.objects.len());
             for object in &package.objects {
-                *summary.by_kind.entry(object.key.group_kind()).or_default() += 1;
+                *summary
+                    .by_kind
+                    .entry(object.key.group_kind().to_string())
+                    .or_default() += 1;
             }
         }
         summary

@@ -33,11 +33,12 @@ pub async fn run(ctx: Arc<Context>, trigger: UnboundedSender<ObjectRef<Activatio
             if watching.contains(&kind) {
                 continue;
             }
-            let Some((api_version, k)) = kind.rsplit_once('/') else {
+            let Some(recorded) = kix_manifest::GroupVersionKind::parse(&kind) else {
                 continue;
             };
             resources.refresh();
-            let Ok(Some(resource)) = resources.get(api_version, k).await else {
+            let Ok(Some(resource)) = resources.get(recorded.api_version, recorded.kind).await
+            else {
                 continue;
             };
             watching.insert(kind.clone());
