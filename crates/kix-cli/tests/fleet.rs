@@ -11,7 +11,8 @@
 //! 3. a member whose workload cannot become healthy halts the rollout, the
 //!    next wave untouched, exit 1;
 //! 4. that partially rolled-out fleet rolls back, in reverse wave order;
-//! 5. an unreachable member is shown as such and halts its wave;
+//! 5. an unreachable member is shown as such and halts its wave, the
+//!    next one untouched; `--continue-on-failure 1` goes past it;
 //! 6. an operator member: its record is applied by `kix-operator`;
 //! 7. the `$ kix` lines of docs/fleet.md, with the example fleet, on the
 //!    three control planes as the contexts staging, eu-1 and us-1.
@@ -212,8 +213,9 @@ async fn a_fleet_rolls_out_in_waves_halts_resumes_and_rolls_back() {
     );
     halt_on_unhealthy(&gcroots, &members, &f3, &v2, &v3).await;
     rollback_partial(&gcroots, &members, &f3, &v2).await;
-    unreachable_member(dir, &gcroots, &cps[0], staging, &v1).await;
-    operator_member(dir, &gcroots, us, &v1).await;
+    unreachable_member(dir, &gcroots, &cps[0], &members, &v1).await;
+    let v4 = tree(dir, "4", false);
+    operator_member(dir, &gcroots, us, &v4).await;
     docs_walkthrough(dir, &gcroots, &cps);
 }
 
@@ -418,9 +420,10 @@ async fn unreachable_member(
     dir: &Path,
     gcroots: &Path,
     cp: &PrivateControlPlane,
-    staging: &Member,
+    members: &[Member],
     v1: &str,
 ) {
+    let [staging, us] = [&members[0], &members[2]];
     let lost = unreachable_kubeconfig(cp, dir);
     let f4 = fleet(
         dir,
@@ -429,6 +432,7 @@ async fn unreachable_member(
         &[
             (staging.name, v1, &staging.kubeconfig, false),
             ("lost", v1, &lost, false),
+            (us.name, v1, &us.kubeconfig, false),
         ],
     );
     let out = run(&mut kix_fleet(
@@ -442,19 +446,43 @@ async fn unreachable_member(
             .any(|l| l.starts_with("lost") && l.contains("UNREACHABLE")),
         "{out}"
     );
+    let us_before = current_path(us).await;
     let out = run(&mut kix_fleet(
         gcroots,
         &["deploy", "prod", "--path", &f4, "--yes"],
     ));
     assert_eq!(out.code, Some(1), "{out}");
-    assert!(out.stdout.contains("lost: unreachable"), "{out}");
+    assert!(
+        out.stdout
+            .contains("halted: wave 1 failed (lost: unreachable"),
+        "{out}"
+    );
     assert_eq!(current_path(staging).await, v1, "wave 0 went ahead");
+    assert_eq!(current_path(us).await, us_before, "wave 2 untouched");
     let out = run(&mut kix_fleet(gcroots, &["status", "prod", "--path", &f4]));
     assert_eq!(out.code, Some(1), "{out}");
     assert!(out.stdout.contains("UNREACHABLE"), "{out}");
+
+    // One failure a wave tolerated: the rollout goes on past it, and
+    // still exits 1.
+    let out = run(&mut kix_fleet(
+        gcroots,
+        &[
+            "deploy",
+            "prod",
+            "--path",
+            &f4,
+            "--yes",
+            "--continue-on-failure",
+            "1",
+        ],
+    ));
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(out.stdout.contains("finished with failures"), "{out}");
+    assert_eq!(current_path(us).await, v1, "wave 2 deployed");
 }
 
-async fn operator_member(dir: &Path, gcroots: &Path, us: &Member, v1: &str) {
+async fn operator_member(dir: &Path, gcroots: &Path, us: &Member, v4: &str) {
     let _operator = Operator::start(
         &us.kubeconfig,
         &[CLUSTER],
@@ -463,14 +491,14 @@ async fn operator_member(dir: &Path, gcroots: &Path, us: &Member, v1: &str) {
         dir.join("operator.log"),
         None,
     );
-    let f5 = fleet(dir, "f5", "0s", &[(us.name, v1, &us.kubeconfig, true)]);
+    let f5 = fleet(dir, "f5", "0s", &[(us.name, v4, &us.kubeconfig, true)]);
     let out = run(&mut kix_fleet(
         gcroots,
         &["deploy", "prod", "--path", &f5, "--yes"],
     ));
     assert_eq!(out.code, Some(0), "{out}");
     let record = current(us).await.expect("us");
-    assert_eq!(record.spec.source.path, v1);
+    assert_eq!(record.spec.source.path, v4);
     assert_eq!(record.spec.engine, kix_api::Engine::Operator);
     assert!(rollout_label(&record).is_some());
 }

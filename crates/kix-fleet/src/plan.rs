@@ -21,6 +21,16 @@ pub struct FleetPlanOptions {
     /// Local members take fields other managers own (server-side apply
     /// force). Operator members always plan as the operator does.
     pub force_conflicts: bool,
+    /// Every member through its cluster's operator (`--operator`), not only
+    /// those the fleet declares `operator = true`.
+    pub operator: bool,
+}
+
+impl FleetPlanOptions {
+    /// Whether `member` goes through its cluster's operator.
+    pub fn is_operator(&self, member: &MemberSpec) -> bool {
+        self.operator || member.operator
+    }
 }
 
 /// What planning one member found.
@@ -185,7 +195,7 @@ async fn plan_member(
         wave: member.wave,
         cluster: build.build.cluster.clone(),
         context: member::context_of(member, &build.build),
-        operator: member.operator,
+        operator: options.is_operator(member),
         store_path: build.path.to_string(),
         state: MemberState::Unreachable {
             reason: String::new(),
@@ -200,7 +210,7 @@ async fn plan_member(
             return plan;
         }
     };
-    let plan_options = member_plan_options(member.operator, options);
+    let plan_options = member_plan_options(options.is_operator(member), options);
     plan.state =
         match kix_engine::plan::plan(&client, &build.build, build.path.as_str(), &plan_options)
             .await

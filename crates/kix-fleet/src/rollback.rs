@@ -249,7 +249,7 @@ async fn plan_target(
             to.name_any()
         ))
     })?;
-    let plan_options = member_plan_options(m.operator, options);
+    let plan_options = member_plan_options(options.is_operator(m), options);
     let state = match kix_engine::plan::plan(&client, &target, path.as_str(), &plan_options).await {
         Ok(p) => MemberState::Planned { plan: Box::new(p) },
         Err(e) if member::is_unreachable(&e) => MemberState::Unreachable {
@@ -264,7 +264,7 @@ async fn plan_target(
         wave: m.wave,
         cluster: build.build.cluster.clone(),
         context: member::context_of(m, &build.build),
-        operator: m.operator,
+        operator: options.is_operator(m),
         store_path: path.to_string(),
         state,
         client: Some(client),

@@ -27,6 +27,10 @@ pub struct FleetDeployArgs {
     /// Local members take fields other field managers own.
     #[arg(long)]
     pub force_conflicts: bool,
+    /// Deploy every member through its cluster's operator (`kix deploy
+    /// --operator`), not only those the fleet declares `operator = true`.
+    #[arg(long)]
+    pub operator: bool,
 }
 
 pub async fn exec(args: FleetDeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
@@ -37,6 +41,7 @@ pub async fn exec(args: FleetDeployArgs, global: &GlobalArgs) -> anyhow::Result<
     let file = args.source.read(global).await?;
     let options = FleetPlanOptions {
         force_conflicts: args.force_conflicts,
+        operator: args.operator,
     };
     let plan = kix_fleet::plan::plan_fleet(&file, &connect(global)?, &options).await?;
     if let (Some(saved), Some(path)) = (&saved, &args.plan) {

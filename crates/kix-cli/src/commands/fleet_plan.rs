@@ -18,6 +18,10 @@ pub struct FleetPlanArgs {
     /// apply force). Operator members plan as the operator does.
     #[arg(long)]
     pub force_conflicts: bool,
+    /// Plan every member as its cluster's operator will (`kix plan --operator`),
+    /// not only those the fleet declares `operator = true`.
+    #[arg(long)]
+    pub operator: bool,
     /// Only the summary table, not each member's plan.
     #[arg(long)]
     pub summary: bool,
@@ -37,6 +41,7 @@ pub async fn exec(args: FleetPlanArgs, global: &GlobalArgs) -> anyhow::Result<Ex
     let file = args.source.read(global).await?;
     let options = FleetPlanOptions {
         force_conflicts: args.force_conflicts,
+        operator: args.operator,
     };
     let plan = kix_fleet::plan::plan_fleet(&file, &connect(global)?, &options).await?;
     match args.output {

@@ -25,12 +25,17 @@ pub struct FleetRollbackArgs {
     /// Take fields other field managers own (server-side apply force).
     #[arg(long)]
     pub force_conflicts: bool,
+    /// Roll every member back through its cluster's operator, not only
+    /// those the fleet declares `operator = true`.
+    #[arg(long)]
+    pub operator: bool,
 }
 
 pub async fn exec(args: FleetRollbackArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
     let file = args.source.read(global).await?;
     let options = FleetPlanOptions {
         force_conflicts: args.force_conflicts,
+        operator: args.operator,
     };
     let rollback = kix_fleet::rollback::plan_rollback(
         &file,
