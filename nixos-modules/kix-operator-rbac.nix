@@ -1,12 +1,20 @@
 # The operator's RBAC that services.kix-operator's options decide: leases in
 # the lease namespace, and the apply permissions (rbac.applyRules,
-# cluster-wide or in rbac.namespaces only). The fixed part (ServiceAccount,
-# token Secret, least privilege on kix's records) is ./kix-operator-rbac.yaml.
-# Both are the resources of the Kix cluster the bootstrap deploys.
+# cluster-wide or in rbac.namespaces only), `impersonate` on the
+# ServiceAccounts it acts as (a Role in each one's namespace, by
+# resourceNames) and Leases in the lease namespace for those accounts (the
+# deploy Lease is taken acting as the tenant). With rbac.tenantsOnly, no
+# apply permission: get/list/watch on applyRules' kinds, for the drift
+# watches. The fixed part
+# (ServiceAccount, token Secret, least privilege on kix's records) is
+# ./kix-operator-rbac.yaml. Both are the resources of the Kix cluster the
+# bootstrap deploys.
 {
   lib,
   rbac,
   leaseNamespace,
+  # [ { namespace; name; } ]: the tenants' and the default ServiceAccount.
+  impersonated ? [ ],
 }:
 let
   object = kind: name: namespace: {
@@ -34,6 +42,8 @@ let
       };
     };
   clusterBinding = name: binding "ClusterRoleBinding" name null "ClusterRole";
+  tenantsOnly = rbac.tenantsOnly or false;
+  impersonatedNamespaces = lib.unique (map (a: a.namespace) impersonated);
 
   # With rbac.namespaces, writes are bound per namespace, but the engine
   # lists and watches each kind across the cluster: the same kinds, read-only.
@@ -44,8 +54,61 @@ let
   # A RoleBinding needs its namespace. kix never prunes these: a build that
   # declares one shares it, and other objects may live there.
   namespaces = lib.subtractLists [ "default" "kix-system" "kube-node-lease" "kube-public" "kube-system" ] (
-    lib.unique ([ leaseNamespace ] ++ lib.optionals (rbac.namespaces != null) rbac.namespaces)
+    lib.unique (
+      [ leaseNamespace ]
+      ++ lib.optionals (rbac.namespaces != null && !tenantsOnly) rbac.namespaces
+      ++ impersonatedNamespaces
+    )
   );
+
+  # Acting as the tenants (with rbac.tenantsOnly, all the operator may do).
+  impersonation = lib.concatMap (
+    ns:
+    let
+      role = object "Role" "kix-operator-impersonate" ns // {
+        rules = [
+          {
+            apiGroups = [ "" ];
+            resources = [ "serviceaccounts" ];
+            verbs = [ "impersonate" ];
+            resourceNames = lib.unique (map (a: a.name) (builtins.filter (a: a.namespace == ns) impersonated));
+          }
+        ];
+      };
+    in
+    [
+      role
+      (binding "RoleBinding" "kix-operator-impersonate" ns "Role")
+    ]
+  ) impersonatedNamespaces;
+  tenantLeases = lib.optionals (impersonated != [ ]) [
+    (
+      object "Role" "kix-tenant-leases" leaseNamespace
+      // {
+        rules = [
+          {
+            apiGroups = [ "coordination.k8s.io" ];
+            resources = [ "leases" ];
+            verbs = [ "get" "list" "watch" "create" "update" "patch" "delete" ];
+          }
+        ];
+      }
+    )
+    (
+      object "RoleBinding" "kix-tenant-leases" leaseNamespace
+      // {
+        subjects = map (a: {
+          kind = "ServiceAccount";
+          inherit (a) name namespace;
+        }) impersonated;
+        roleRef = {
+          apiGroup = "rbac.authorization.k8s.io";
+          kind = "Role";
+          name = "kix-tenant-leases";
+        };
+      }
+    )
+  ];
 in
 map (name: {
   apiVersion = "v1";
@@ -69,13 +132,23 @@ map (name: {
     }
   )
   (binding "RoleBinding" "kix-operator-leases" leaseNamespace "Role")
-  (clusterRole "kix-operator-apply" rbac.applyRules)
 ]
+++ impersonation
+++ tenantLeases
 ++ (
-  if rbac.namespaces == null then
-    [ (clusterBinding "kix-operator-apply") ]
+  if tenantsOnly then
+    lib.optionals (readRules != [ ]) [
+      (clusterRole "kix-operator-read" readRules)
+      (clusterBinding "kix-operator-read")
+    ]
+  else if rbac.namespaces == null then
+    [
+      (clusterRole "kix-operator-apply" rbac.applyRules)
+      (clusterBinding "kix-operator-apply")
+    ]
   else
-    map (ns: binding "RoleBinding" "kix-operator-apply" ns "ClusterRole") rbac.namespaces
+    [ (clusterRole "kix-operator-apply" rbac.applyRules) ]
+    ++ map (ns: binding "RoleBinding" "kix-operator-apply" ns "ClusterRole") rbac.namespaces
     ++ lib.optionals (readRules != [ ]) [
       (clusterRole "kix-operator-read" readRules)
       (clusterBinding "kix-operator-read")

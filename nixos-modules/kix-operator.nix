@@ -10,7 +10,12 @@
 # `clusters` is a Kix cluster this host declares: a oneshot unit
 # kix-declare-<name> runs `kix declare` on each activation of a generation
 # (nothing when the current record has the build, a rollback when an older
-# activation had it, else a deploy through the operator). See docs/nix.md.
+# activation had it, else a deploy through the operator). `tenants` (a
+# kix.lib.mkTenants declaration) adds the admission policy that says who
+# writes which Kix cluster's records to the bootstrap's Kix cluster, and
+# with rbac.tenantsOnly the operator's own RBAC writes nothing but its
+# records: it acts as each record's ServiceAccount. See docs/nix.md and
+# docs/operator.md ("Several teams, one operator").
 {
   config,
   lib,
@@ -60,6 +65,8 @@ let
       "--metrics-addr=${hostPort cfg.metricsAddress cfg.metricsPort}"
     ]
     ++ lib.optional copyAgeIdentity "--age-identity=${operatorAgeIdentity}"
+    ++ lib.optional (cfg.defaultServiceAccount != null) "--default-service-account=${cfg.defaultServiceAccount}"
+    ++ lib.optional cfg.requireServiceAccount "--require-service-account"
     ++ lib.concatLists (lib.mapAttrsToList renderFlag cfg.settings)
     ++ cfg.extraArgs;
   # One ExecStart argument: quoted, with systemd's specifiers escaped.
@@ -70,22 +77,55 @@ let
   }
   // cfg.environment;
 
+  # The operator's own ServiceAccount, as the apiserver names its requests.
+  operatorUser = "system:serviceaccount:kix-system:kix-operator";
+  # The accounts the operator acts as: each tenant's, and the default one.
+  defaultAccount =
+    let
+      parts = lib.splitString "/" cfg.defaultServiceAccount;
+    in
+    lib.optional (cfg.defaultServiceAccount != null) {
+      namespace = builtins.elemAt parts 0;
+      name = builtins.elemAt parts 1;
+    };
+  impersonated = lib.unique ((if cfg.tenants == null then [ ] else cfg.tenants.serviceAccounts) ++ defaultAccount);
+
+  # `kix crds --tenants`: the CRDs, then the policy and its binding (after
+  # the header line); the bootstrap's Kix cluster takes the policy only
+  # (kix installs its CRDs itself).
+  tenantsPolicy =
+    pkgs.runCommand "kix-tenants-policy.yaml" { preferLocalBuild = true; }
+      ''
+        ${cfg.bootstrap.package}/bin/kix crds --tenants ${cfg.tenants} > crds.yaml
+        sed -n '/^# Who may write kix/,$p' crds.yaml > "$out"
+        grep -q '^kind: ValidatingAdmissionPolicyBinding' "$out"
+      '';
+
   bootstrapCluster = (import ../nix { }).mkCluster {
     inherit pkgs;
     name = "kix-operator";
-    packages.rbac = {
-      version = "1";
-      resources = import ./kix-operator-rbac.nix {
-        inherit lib;
-        inherit (cfg) rbac;
-        leaseNamespace = cfg.settings."lease-namespace";
+    packages = {
+      rbac = {
+        version = "1";
+        resources = import ./kix-operator-rbac.nix {
+          inherit lib impersonated;
+          inherit (cfg) rbac;
+          leaseNamespace = cfg.settings."lease-namespace";
+        };
+        manifests = [ ./kix-operator-rbac.yaml ];
       };
-      manifests = [ ./kix-operator-rbac.yaml ];
-    };
-    packages.token = {
-      version = "1";
-      dependsOn = [ "rbac" ];
-      manifests = [ ./kix-operator-token.yaml ];
+      token = {
+        version = "1";
+        dependsOn = [ "rbac" ];
+        manifests = [ ./kix-operator-token.yaml ];
+      };
+    }
+    // lib.optionalAttrs (cfg.tenants != null) {
+      tenants = {
+        version = "1";
+        dependsOn = [ "rbac" ];
+        manifests = [ tenantsPolicy ];
+      };
     };
   };
 
@@ -261,6 +301,45 @@ in
       /var/lib/kix-operator/age-identity.txt before each start and passed
       as --age-identity; the values are decrypted in memory only.
     '';
+    defaultServiceAccount = option (types.nullOr (types.strMatching "[^/[:space:]]+/[^/[:space:]]+")) null ''
+      "NAMESPACE/NAME": the ServiceAccount the operator acts as for records
+      that name none (--default-service-account). null: such records are
+      applied with the operator's own rights (or refused, with
+      requireServiceAccount).
+    '';
+    requireServiceAccount = option types.bool false ''
+      Refuse records that name no ServiceAccount (--require-service-account):
+      Failed, with the reason, nothing changed.
+    '';
+    tenants = mkOption {
+      type = types.nullOr (
+        types.addCheck types.package (t: t ? declaration && t ? serviceAccounts)
+        // {
+          description = "kix.lib.mkTenants declaration";
+        }
+      );
+      default = null;
+      example = literalExpression ''
+        kix.lib.mkTenants {
+          inherit pkgs;
+          platform.users = [ "system:serviceaccount:kix-system:kix-operator" ];
+          platform.groups = [ "system:masters" ];
+          clusters.team-a = {
+            groups = [ "team-a" ];
+            serviceAccount = { namespace = "team-a"; name = "kix"; };
+          };
+        }
+      '';
+      description = ''
+        Who may write which Kix cluster's records, and which ServiceAccount
+        each acts as (kix.lib.mkTenants). The bootstrap applies the
+        ValidatingAdmissionPolicy and binding `kix crds --tenants` prints
+        for it; the operator may impersonate the declared ServiceAccounts.
+        Its platform subjects must include the operator's ServiceAccount and
+        whoever the bootstrap's kubeconfig authenticates as (k3s's admin:
+        group system:masters). See docs/operator.md.
+      '';
+    };
     logFormat = option (types.enum [ "text" "json" ]) "text" "Log format on stderr (journald): --log-format.";
     metricsPort = option types.port 8080 "Port of /metrics, /healthz and /readyz (--metrics-addr).";
     metricsAddress = option types.str "0.0.0.0" "IP address /metrics, /healthz and /readyz listen on (--metrics-addr).";
@@ -382,6 +461,22 @@ in
         PolicyRules bound cluster-wide when rbac.namespaces is a list, for
         the cluster-scoped kinds the builds contain (Namespaces, CRDs, ...).
       '';
+      tenantsOnly = mkOption {
+        type = types.bool;
+        default = cfg.tenants != null;
+        defaultText = literalExpression "tenants != null";
+        description = ''
+          The operator writes nothing with its own rights: it acts as each
+          record's ServiceAccount. Its RBAC holds only `impersonate` on the
+          tenants' ServiceAccounts and defaultServiceAccount (resourceNames),
+          kix's records, its leases, Events, and get/list/watch on the kinds
+          of applyRules cluster-wide (for the drift watches); each tenant's
+          ServiceAccount may write Leases in the lease namespace (the deploy
+          Lease is taken as the tenant). Needs requireServiceAccount or
+          defaultServiceAccount; rbac.namespaces and clusterApplyRules do
+          not apply.
+        '';
+      };
     };
   };
 
@@ -395,6 +490,18 @@ in
         {
           assertion = !cfg.rbac.useServiceAccount || cfg.bootstrap.enable;
           message = "services.kix-operator.rbac.useServiceAccount needs bootstrap.enable (the bootstrap writes its kubeconfig).";
+        }
+        {
+          assertion = cfg.tenants == null || !cfg.rbac.useServiceAccount || builtins.elem operatorUser cfg.tenants.declaration.platform.users;
+          message = "services.kix-operator.tenants: platform.users must include ${operatorUser}, the operator's ServiceAccount, which writes the records' status.";
+        }
+        {
+          assertion = !cfg.rbac.tenantsOnly || cfg.requireServiceAccount || cfg.defaultServiceAccount != null;
+          message = "services.kix-operator.rbac.tenantsOnly: the operator has no write rights of its own; set requireServiceAccount = true (records naming no ServiceAccount are refused) or defaultServiceAccount.";
+        }
+        {
+          assertion = !cfg.rbac.tenantsOnly || cfg.rbac.namespaces == null && cfg.rbac.clusterApplyRules == [ ];
+          message = "services.kix-operator.rbac.tenantsOnly: rbac.namespaces and rbac.clusterApplyRules give the operator write rights of its own; with tenantsOnly each tenant's ServiceAccount holds them.";
         }
         {
           assertion = cfg.ageIdentityFile == null || !lib.hasPrefix builtins.storeDir cfg.ageIdentityFile;

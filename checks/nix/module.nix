@@ -154,6 +154,56 @@ let
   # them into the system closure.
   referenced = s: builtins.attrNames (builtins.getContext s);
   declareFailures = c: failedAssertions (declaring c);
+
+  # Several teams, one operator: the tenants' declaration, every record
+  # required to name its ServiceAccount, the operator's RBAC tenants-only.
+  operatorUser = "system:serviceaccount:kix-system:kix-operator";
+  mkTenants =
+    platformUsers:
+    (import ../../nix { }).mkTenants {
+      inherit (common) pkgs;
+      platform.users = platformUsers;
+      platform.groups = [ "system:masters" ];
+      clusters.team-a = {
+        groups = [ "team-a" ];
+        serviceAccount = {
+          namespace = "team-a";
+          name = "kix";
+        };
+      };
+      clusters.team-b = {
+        users = [ "bob" ];
+        serviceAccount = {
+          namespace = "team-b";
+          name = "deployer";
+        };
+      };
+    };
+  tenantDeclaration = mkTenants [ operatorUser ];
+  tenanting =
+    extra:
+    eval (
+      {
+        enable = true;
+        kubeconfigFile = k3sKubeconfig;
+        tenants = tenantDeclaration;
+        requireServiceAccount = true;
+      }
+      // extra
+    );
+  tenanted = tenanting { };
+  tenantObjects = objectsOf tenanted;
+  tenantCluster = clusterOf tenanted;
+  # Every rule of the Roles and ClusterRoles the options generate that
+  # allows more than reading, as "<resources>:<verbs>".
+  writeRules =
+    os:
+    lib.concatMap (
+      o:
+      map (r: "${o.kind}/${o.metadata.name}:${lib.concatStringsSep "," r.resources}:${lib.concatStringsSep "," r.verbs}") (
+        builtins.filter (r: lib.subtractLists [ "get" "list" "watch" ] r.verbs != [ ]) (o.rules or [ ])
+      )
+    ) (builtins.filter (o: o.kind == "Role" || o.kind == "ClusterRole") os);
 in
 {
   moduleOptionNames = eq [
@@ -161,6 +211,7 @@ in
     "bootstrap"
     "clusters"
     "container"
+    "defaultServiceAccount"
     "enable"
     "environment"
     "extraArgs"
@@ -175,12 +226,15 @@ in
     "openFirewall"
     "package"
     "rbac"
+    "requireServiceAccount"
     "settings"
+    "tenants"
   ] (builtins.attrNames options);
   moduleRbacOptionNames = eq [
     "applyRules"
     "clusterApplyRules"
     "namespaces"
+    "tenantsOnly"
     "useServiceAccount"
   ] (builtins.attrNames options.rbac);
   moduleBootstrapOptionNames = eq [
@@ -213,7 +267,7 @@ in
   optionDocsDefaultsWithoutStorePaths = eq [ ] (
     map (d: d.name) (builtins.filter (d: has "/nix/store" (builtins.toJSON (d.default or null))) docs)
   );
-  optionDocsCount = eq 34 (builtins.length docs);
+  optionDocsCount = eq 38 (builtins.length docs);
   moduleClusterOptionNames = eq [
     "absent"
     "acceptMigrations"
@@ -269,8 +323,12 @@ in
       ];
       namespaces = null;
       clusterApplyRules = [ ];
+      tenantsOnly = false;
     };
     container.extraOptions = [ ];
+    defaultServiceAccount = null;
+    requireServiceAccount = false;
+    tenants = null;
   } {
     inherit (defaults)
       enable
@@ -286,6 +344,9 @@ in
       gcRootsDir
       rbac
       container
+      defaultServiceAccount
+      requireServiceAccount
+      tenants
       ;
     bootstrap = removeAttrs defaults.bootstrap [
       "cluster"
@@ -725,12 +786,121 @@ in
     enable = true;
     rbac.useServiceAccount = true;
   }).system.build.toplevel;
-  defaultConfigsPassAssertions = eq [ [ ] [ ] [ ] [ ] ] (map failedAssertions [
+  defaultConfigsPassAssertions = eq [ [ ] [ ] [ ] [ ] [ ] ] (map failedAssertions [
     container
     host
     containerNoSa
     restricted
+    tenanted
   ]);
+
+  # Several teams, one operator.
+  tenantFlags = eq [
+    "--kubeconfig=/var/lib/kix-operator/kubeconfig"
+    "--log-format=text"
+    "--metrics-addr=0.0.0.0:8080"
+    "--default-service-account=team-c/kix"
+    "--require-service-account"
+    "--lease-namespace=kube-system"
+    "--resync-interval=60s"
+  ] (tenanting { defaultServiceAccount = "team-c/kix"; }).virtualisation.oci-containers.containers.kix-operator.cmd;
+  tenantsOnlyByDefaultWithTenants = eq [ true false ] [
+    tenanted.services.kix-operator.rbac.tenantsOnly
+    container.services.kix-operator.rbac.tenantsOnly
+  ];
+  # The operator's generated RBAC writes nothing but Leases and
+  # impersonates nothing but the tenants' accounts (the fixed records role
+  # is kix-operator-rbac.yaml, checked for wildcards above).
+  tenantsOnlyWrites = eq [
+    "Role/kix-operator-leases:leases:get,list,watch,create,update,patch,delete"
+    "Role/kix-operator-impersonate:serviceaccounts:impersonate"
+    "Role/kix-operator-impersonate:serviceaccounts:impersonate"
+    "Role/kix-tenant-leases:leases:get,list,watch,create,update,patch,delete"
+  ] (writeRules tenantObjects);
+  tenantsOnlyImpersonatesByName =
+    let
+      roleIn = ns: builtins.head (builtins.filter (o: o.kind == "Role" && o.metadata.name == "kix-operator-impersonate" && o.metadata.namespace == ns) tenantObjects);
+      bindingIn = ns: builtins.head (builtins.filter (o: o.kind == "RoleBinding" && o.metadata.name == "kix-operator-impersonate" && o.metadata.namespace == ns) tenantObjects);
+    in
+    eq {
+      team-a = [ "kix" ];
+      team-b = [ "deployer" ];
+      boundTo = "kix-system/kix-operator";
+    } {
+      team-a = (builtins.head (roleIn "team-a").rules).resourceNames;
+      team-b = (builtins.head (roleIn "team-b").rules).resourceNames;
+      boundTo = let sub = builtins.head (bindingIn "team-a").subjects; in "${sub.namespace}/${sub.name}";
+    };
+  # Reading the kinds (drift watches), cluster-wide; nothing bound to apply.
+  tenantsOnlyReads = eq {
+    read = [ { apiGroups = [ "*" ]; resources = [ "*" ]; verbs = [ "get" "list" "watch" ]; } ];
+    apply = [ ];
+    applyBindings = [ ];
+  } {
+    read = (one tenantObjects "ClusterRole" "kix-operator-read").rules;
+    apply = find tenantObjects "ClusterRole" "kix-operator-apply";
+    applyBindings = find tenantObjects "ClusterRoleBinding" "kix-operator-apply" ++ find tenantObjects "RoleBinding" "kix-operator-apply";
+  };
+  # The tenants take the deploy Lease acting as themselves.
+  tenantLeaseSubjects = eq [ "team-a/kix" "team-b/deployer" ] (
+    map (s: "${s.namespace}/${s.name}") (one tenantObjects "RoleBinding" "kix-tenant-leases").subjects
+  );
+  tenantNamespacesCreated = eq [ "team-a" "team-b" ] (namespacesOf tenantObjects);
+  # The admission policy is a package of the bootstrap's Kix cluster:
+  # `kix crds --tenants <the declaration>`, the policy and binding only.
+  tenantPolicyPackage = ok (
+    let
+      policy = builtins.head tenantCluster.packages.tenants.manifests;
+    in
+    tenantCluster.packages.tenants.dependsOn == [ "rbac" ]
+    && has "/bin/kix crds --tenants ${tenantDeclaration}" policy.text
+    && has "sed -n '/^# Who may write kix/,$p'" policy.text
+  );
+  noTenantPolicyWithoutTenants = eq [ "rbac" "token" ] (builtins.attrNames (clusterOf container).packages);
+  # An impersonate Role without tenantsOnly too: the operator acts as the
+  # default account; it keeps its apply rules.
+  defaultAccountImpersonated = eq {
+    impersonate = [ "kix" ];
+    apply = true;
+  } (
+    let
+      os = objectsOf (eval {
+        enable = true;
+        kubeconfigFile = k3sKubeconfig;
+        defaultServiceAccount = "shared/kix";
+      });
+    in
+    {
+      impersonate = (builtins.head (one os "Role" "kix-operator-impersonate").rules).resourceNames;
+      apply = find os "ClusterRoleBinding" "kix-operator-apply" != [ ];
+    }
+  );
+  tenantAssertions = eq {
+    operatorNotPlatform = true;
+    noRequirement = true;
+    namespacedApply = true;
+  } {
+    operatorNotPlatform = builtins.any (has "platform.users must include ${operatorUser}") (
+      failedAssertions (tenanting { tenants = mkTenants [ "alice" ]; })
+    );
+    noRequirement = builtins.any (has "rbac.tenantsOnly: the operator has no write rights of its own") (
+      failedAssertions (tenanting { requireServiceAccount = false; })
+    );
+    namespacedApply = builtins.any (has "rbac.namespaces and rbac.clusterApplyRules") (
+      failedAssertions (tenanting { rbac.namespaces = [ "apps" ]; })
+    );
+  };
+  # Without rbac.useServiceAccount the operator is not its ServiceAccount:
+  # the platform need not name it.
+  tenantsWithHostCredentials = eq [ ] (
+    failedAssertions (tenanting {
+      tenants = mkTenants [ "alice" ];
+      rbac.useServiceAccount = false;
+    })
+  );
+  tenantsMustBeADeclaration = throws (tenanting { tenants = common.pkgs.writeText "tenants.json" "{}"; }).services.kix-operator.tenants;
+  defaultServiceAccountNamesNamespaceAndName = throws (tenanting { defaultServiceAccount = "kix"; }).services.kix-operator.defaultServiceAccount;
+  requireServiceAccountIsABool = throws (tenanting { requireServiceAccount = "yes"; }).services.kix-operator.requireServiceAccount;
   # A Nix path would copy the credential into the world-readable store.
   kubeconfigPathLiteralRejected = throws (eval {
     enable = true;

@@ -35,4 +35,19 @@ builtins.deepSeq (map (cfg: common.rendered (configure cfg)) [
     };
     clusters.retired.absent = "prune";
   }
+  # several teams, one operator
+  {
+    tenants = (import ../../nix { }).mkTenants {
+      inherit (common) pkgs;
+      platform.users = [ "system:serviceaccount:kix-system:kix-operator" ];
+      clusters.team-a = {
+        groups = [ "team-a" ];
+        serviceAccount = {
+          namespace = "team-a";
+          name = "kix";
+        };
+      };
+    };
+    defaultServiceAccount = "team-a/kix";
+  }
 ]) "evaluated"
