@@ -492,6 +492,7 @@ pub(crate) fn objects(
                 },
             );
         }
+        check_metadata(&item).map_err(|e| (Some(i), e))?;
         drop_empty_namespace(&mut item);
         drop_server_set(&mut item, dropped);
         out.push((Some(i), Value::Object(item)));

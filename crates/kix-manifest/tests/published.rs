@@ -221,3 +221,56 @@ fn a_build_of_clean_manifests_warns_of_nothing() {
     let build = store.read().unwrap_or_else(|e| panic!("{e}"));
     assert!(build.dropped.is_empty());
 }
+
+#[test]
+fn the_items_of_a_list_lose_what_the_api_server_set_and_keep_kubectls_types() {
+    let store = Store::new();
+    store.write(
+        "packages/monitoring/resources/list.yaml",
+        "apiVersion: v1\nkind: List\nitems:\n\
+         - apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: a\n    resourceVersion: \"7\"\n    creationTimestamp: \"2025-01-02T03:04:05.123+02:00\"\n\
+         - apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: b\n",
+    );
+    let build = store.read().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        manifest(&build, "ConfigMap")["metadata"],
+        json!({"name": "a", "namespace": "monitoring"})
+    );
+    let warnings: Vec<String> = build.dropped.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        [
+            "packages/monitoring/resources/list.yaml: dropped metadata.creationTimestamp, \
+          metadata.resourceVersion, which only the API server sets"
+        ]
+    );
+    let store = Store::new();
+    store.write(
+        "packages/monitoring/resources/cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  creationTimestamp: yesterday\n",
+    );
+    let error = store
+        .read()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        error.contains("metadata.creationTimestamp must be a time"),
+        "{error}"
+    );
+    // In a List's item too, naming the item.
+    let store = Store::new();
+    store.write(
+        "packages/monitoring/resources/list.yaml",
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: a\n    generation: x\n",
+    );
+    let error = store
+        .read()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        error.contains("items[0]") && error.contains("metadata.generation must be an integer"),
+        "{error}"
+    );
+}
