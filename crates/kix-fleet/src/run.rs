@@ -70,6 +70,10 @@ pub enum Step {
     Holding {
         seconds: u64,
     },
+    /// Held Active and healthy for the whole pause.
+    Held {
+        seconds: u64,
+    },
     Finished {
         result: MemberResult,
     },
@@ -337,9 +341,25 @@ async fn hold(
             }
         }
         if started.elapsed() >= pause {
-            return;
+            break;
         }
         let left = pause.saturating_sub(started.elapsed());
         tokio::time::sleep(left.min(Duration::from_secs(2))).await;
+    }
+    if pause.is_zero() {
+        return;
+    }
+    for o in done.iter() {
+        if let (MemberResult::Done { .. } | MemberResult::UpToDate { .. }, Some(member)) =
+            (&o.result, members.iter().find(|m| m.member == o.member))
+        {
+            emit(
+                options,
+                member,
+                Step::Held {
+                    seconds: pause.as_secs(),
+                },
+            );
+        }
     }
 }

@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use kix_fleet::plan::{FleetPlan, MemberState};
 use kix_fleet::run::{FleetEvent, FleetOutcome, MemberResult, Step};
-use kix_fleet::spec::FleetFile;
+use kix_fleet::spec::{FleetFile, MemberName};
 use kix_nix::{BuildOptions, BuildSource};
 
 use std::time::Duration;
@@ -155,9 +155,29 @@ pub struct FleetRunArgs {
     /// Output format of the plan and the result.
     #[arg(long, short, value_enum, default_value_t)]
     pub output: OutputFormat,
+    /// Progress as a table of every member, redrawn in place (on a
+    /// terminal; one line per member step otherwise).
+    #[arg(long)]
+    pub tui: bool,
 }
 
 impl FleetRunArgs {
+    /// The progress view and its rows: the plan's members.
+    pub fn progress(
+        &self,
+        plan: &FleetPlan,
+    ) -> (
+        Option<tokio::sync::mpsc::UnboundedSender<FleetEvent>>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let members = plan
+            .members
+            .iter()
+            .map(|m| (m.wave, m.member.clone()))
+            .collect();
+        start_progress(ProgressView::of(self.output, self.tui), members)
+    }
+
     /// The run's options; progress lines go to `events`.
     pub fn options(
         &self,
@@ -356,12 +376,12 @@ pub fn destructive_text(plan: &FleetPlan) -> String {
 
 /// One progress line per member step, on stderr.
 pub fn progress_line(event: &FleetEvent) -> String {
-    let who = format!("{} (wave {})", event.member, event.wave);
-    match &event.step {
-        Step::Started => format!("{who}: deploying"),
-        Step::Holding { seconds } => format!("{who}: holding healthy for {seconds}s"),
-        Step::Finished { result } => format!("{who}: {}", result_text(result)),
-    }
+    format!(
+        "{} (wave {}): {}",
+        event.member,
+        event.wave,
+        step_text(&event.step)
+    )
 }
 
 pub fn result_text(result: &MemberResult) -> String {
@@ -380,23 +400,91 @@ pub fn result_text(result: &MemberResult) -> String {
     }
 }
 
-/// Prints events as they come; returns when the sender is dropped.
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressView {
+    /// Nothing (`--output json`).
+    None,
+    /// One line per member step.
+    Lines,
+    /// A table of every member, redrawn in place (`--tui` on a terminal).
+    Table,
+}
+
+impl ProgressView {
+    pub fn of(output: OutputFormat, tui: bool) -> ProgressView {
+        use std::io::IsTerminal;
+        match output {
+            OutputFormat::Json => ProgressView::None,
+            OutputFormat::Text if tui && std::io::stderr().is_terminal() => ProgressView::Table,
+            OutputFormat::Text => ProgressView::Lines,
+        }
+    }
+}
+
+/// Shows events as they come; returns when the sender is dropped.
+/// `members` (wave, name) are the table's rows.
 pub fn start_progress(
-    show: bool,
+    view: ProgressView,
+    members: Vec<(usize, MemberName)>,
 ) -> (
     Option<tokio::sync::mpsc::UnboundedSender<FleetEvent>>,
     tokio::task::JoinHandle<()>,
 ) {
-    if !show {
+    if view == ProgressView::None {
         return (None, tokio::spawn(async {}));
     }
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<FleetEvent>();
     let printer = tokio::spawn(async move {
+        let mut rows: Vec<(usize, MemberName, String)> = members
+            .into_iter()
+            .map(|(wave, member)| (wave, member, "waiting".to_string()))
+            .collect();
+        let mut drawn = 0;
         while let Some(event) = rx.recv().await {
-            eprintln!("{}", progress_line(&event));
+            if view == ProgressView::Lines {
+                eprintln!("{}", progress_line(&event));
+                continue;
+            }
+            if let Some(row) = rows.iter_mut().find(|r| r.1 == event.member) {
+                row.2 = step_text(&event.step);
+            }
+            let table = progress_table(&rows);
+            // Back over the table drawn last, then each line cleared.
+            let mut out = if drawn > 0 {
+                format!("\x1b[{drawn}A")
+            } else {
+                String::new()
+            };
+            for line in table.lines() {
+                out.push_str("\x1b[2K");
+                out.push_str(line);
+                out.push('\n');
+            }
+            drawn = table.lines().count();
+            eprint!("{out}");
         }
     });
     (Some(tx), printer)
+}
+
+fn step_text(step: &Step) -> String {
+    match step {
+        Step::Started => "deploying".into(),
+        Step::Holding { seconds } => format!("holding healthy for {seconds}s"),
+        Step::Held { seconds } => format!("Active and healthy for {seconds}s"),
+        Step::Finished { result } => result_text(result),
+    }
+}
+
+/// The `--tui` table: a row per member, in wave order.
+pub fn progress_table(rows: &[(usize, MemberName, String)]) -> String {
+    let mut cells = vec![["MEMBER", "WAVE", "STATE"].map(String::from)];
+    cells.extend(
+        rows.iter()
+            .map(|(wave, member, state)| [member.to_string(), wave.to_string(), state.clone()]),
+    );
+    table(&cells)
 }
 
 /// The outcome as text (one line per member) or JSON; exit 1 unless every
@@ -440,4 +528,29 @@ pub fn print_outcome(outcome: &FleetOutcome, output: OutputFormat) -> anyhow::Re
     } else {
         ExitCode::from(1)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_progress_table_has_a_row_per_member_in_wave_order() {
+        let rows = vec![
+            (
+                0,
+                MemberName("staging".into()),
+                "Active (web-3)".to_string(),
+            ),
+            (1, MemberName("eu-1".into()), "deploying".to_string()),
+            (1, MemberName("eu-2".into()), "waiting".to_string()),
+        ];
+        assert_eq!(
+            progress_table(&rows),
+            "MEMBER   WAVE  STATE\n\
+             staging  0     Active (web-3)\n\
+             eu-1     1     deploying\n\
+             eu-2     1     waiting\n"
+        );
+    }
 }

@@ -74,7 +74,7 @@ pub async fn exec(args: FleetDeployArgs, global: &GlobalArgs) -> anyhow::Result<
     if !run_args.check_and_confirm(&plan, &question)? {
         return Ok(ExitCode::from(1));
     }
-    let (events, printer) = super::fleet::start_progress(run_args.output == OutputFormat::Text);
+    let (events, printer) = run_args.progress(&plan);
     let options = run_args.options(events, saved.is_some())?;
     let order = (0..plan.waves()).collect();
     let outcome = kix_fleet::run::run(

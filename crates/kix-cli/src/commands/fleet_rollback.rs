@@ -64,7 +64,7 @@ pub async fn exec(args: FleetRollbackArgs, global: &GlobalArgs) -> anyhow::Resul
     if !args.run.check_and_confirm(plan, &question)? {
         return Ok(ExitCode::from(1));
     }
-    let (events, printer) = super::fleet::start_progress(args.run.output == OutputFormat::Text);
+    let (events, printer) = args.run.progress(plan);
     let run_options = args.run.options(events, false)?;
     let order = (0..plan.waves()).rev().collect();
     let outcome = kix_fleet::run::run(
