@@ -304,6 +304,22 @@ impl Model {
             Layout::horizontal([Constraint::Percentage(40), Constraint::Percentage(60)])
                 .areas(middle);
 
+        self.render_header(frame, header, now);
+        self.render_plan(frame, plan_area);
+        self.render_progress(frame, progress_area, now);
+        self.render_log(frame, log);
+        let footer_text = match &self.finished {
+            Some((phase, message)) => format!(" {phase}: {message}"),
+            None => " q: stop kix (a rerun converges)".to_string(),
+        };
+        frame.render_widget(
+            Paragraph::new(footer_text).style(Style::new().add_modifier(Modifier::DIM)),
+            Rect { ..footer },
+        );
+    }
+
+    /// The cluster, the build, the activation and how long it has run.
+    fn render_header(&self, frame: &mut Frame, header: Rect, now: Duration) {
         let status = match (&self.finished, &self.activation) {
             (Some((phase, _)), _) => phase.as_str().to_string(),
             (None, Some(_)) => "Applying".into(),
@@ -330,7 +346,10 @@ impl Model {
                 .block(Block::bordered().title(format!(" kix {} ", self.verb))),
             header,
         );
+    }
 
+    /// The plan's counts and as many of its changes as fit.
+    fn render_plan(&self, frame: &mut Frame, plan_area: Rect) {
         let c = &self.counts;
         let mut plan_lines = vec![
             Line::from(format!(
@@ -368,7 +387,10 @@ impl Model {
             Paragraph::new(plan_lines).block(Block::bordered().title(" Plan ")),
             plan_area,
         );
+    }
 
+    /// One line per group, then the prune.
+    fn render_progress(&self, frame: &mut Frame, progress_area: Rect, now: Duration) {
         let name_width = self
             .groups
             .iter()
@@ -393,7 +415,10 @@ impl Model {
                 .wrap(Wrap { trim: false }),
             progress_area,
         );
+    }
 
+    /// The log's last lines that fit.
+    fn render_log(&self, frame: &mut Frame, log: Rect) {
         let visible = log.height.saturating_sub(2) as usize;
         let start = self.log.len().saturating_sub(visible);
         let log_lines: Vec<Line> = self.log[start..]
@@ -403,15 +428,6 @@ impl Model {
         frame.render_widget(
             Paragraph::new(log_lines).block(Block::bordered().title(" Log ")),
             log,
-        );
-
-        let footer_text = match &self.finished {
-            Some((phase, message)) => format!(" {phase}: {message}"),
-            None => " q: stop kix (a rerun converges)".to_string(),
-        };
-        frame.render_widget(
-            Paragraph::new(footer_text).style(Style::new().add_modifier(Modifier::DIM)),
-            Rect { ..footer },
         );
     }
 

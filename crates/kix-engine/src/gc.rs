@@ -465,50 +465,15 @@ pub async fn plan(
         )
     });
     let mut resources = Resources::new(client.clone());
-    let mut kept_builds: Vec<(String, BTreeMap<ObjectKey, Desired>)> = Vec::new();
-    let mut unreadable: Vec<String> = Vec::new();
-    let mut kinds: BTreeMap<(String, String), (ApiResource, bool)> = BTreeMap::new();
-    if !selection.retired.is_empty() {
-        for record in &kept_records {
-            let name = record.name_any();
-            match read_desired(&record.spec.source.path, &mut resources).await {
-                Ok(desired) => {
-                    for d in desired.values() {
-                        if d.resource.served == Served::Yes {
-                            kinds.insert(
-                                (d.resource.api.group.clone(), d.key.kind.clone()),
-                                (d.resource.api.clone(), d.resource.namespaced),
-                            );
-                        }
-                    }
-                    kept_builds.push((name, desired));
-                }
-                Err(err) => {
-                    notes.push(format!(
-                        "the build of kept record {name} ({}) cannot be read: {err}; no object is deleted",
-                        record.spec.source.path
-                    ));
-                    unreadable.push(name);
-                }
-            }
-        }
-        for record in &mine {
-            for kind in record.status.iter().flat_map(|s| &s.kinds) {
-                let Some(GroupVersionKind { api_version, kind }) = GroupVersionKind::parse(kind)
-                else {
-                    continue;
-                };
-                if let Some(r) = resources.get(api_version, kind).await?
-                    && r.served == Served::Yes
-                {
-                    kinds.insert(
-                        (r.api.group.clone(), kind.to_string()),
-                        (r.api, r.namespaced),
-                    );
-                }
-            }
-        }
-    }
+    let KeptBuilds {
+        builds: kept_builds,
+        unreadable,
+        kinds,
+    } = if selection.retired.is_empty() {
+        KeptBuilds::default()
+    } else {
+        kept_builds(&kept_records, &mine, &mut resources, &mut notes).await?
+    };
     let live = if kinds.is_empty() {
         Default::default()
     } else {
@@ -546,59 +511,7 @@ pub async fn plan(
             .filter(|a| !gone.contains(a))
             .cloned()
             .collect();
-        let holder = kept_builds
-            .iter()
-            .find_map(|(name, desired)| desired.get(&l.key).map(|d| (name, d)));
-        let mut object = GcObject {
-            object: ObjectRef::new(
-                l.api_version().to_string(),
-                l.key.kind.clone(),
-                l.key.namespace.clone(),
-                l.key.name.clone(),
-            ),
-            action: GcAction::Keep,
-            activations: l.activations.iter().cloned().collect(),
-            after: vec![],
-            destructive: false,
-            note: None,
-            resource: (*l.resource).clone(),
-            desired: None,
-        };
-        match holder {
-            Some((name, d)) if l.digest.as_deref() == Some(d.digest.as_str()) => {
-                let mut after = remaining.clone();
-                after.insert(name.clone());
-                object.action = GcAction::Repoint;
-                object.after = after.into_iter().collect();
-                object.note = Some(format!("the build of {name} has it"));
-                object.desired = Some(d.clone());
-            }
-            Some((name, _)) => {
-                object.note = Some(format!(
-                    "the build of {name} has it, but it changed since kix applied it: annotation left as is"
-                ));
-            }
-            None if !remaining.is_empty() => {
-                object.note = Some(format!(
-                    "still named by {}",
-                    remaining.iter().cloned().collect::<Vec<_>>().join(", ")
-                ));
-            }
-            None if l.prune_disabled => {
-                object.note = Some(crate::plan_object::NOTE_PRUNE_DISABLED.to_string());
-            }
-            None if !unreadable.is_empty() => {
-                object.note = Some(format!(
-                    "not deleted: the build of {} cannot be read to check it",
-                    unreadable.join(", ")
-                ));
-            }
-            None => {
-                object.action = GcAction::Delete;
-                object.destructive = is_destructive(&l.key);
-            }
-        }
-        objects.push(object);
+        objects.push(gc_object(l, &remaining, &kept_builds, &unreadable));
     }
     // Deletions in reverse apply order, like prune.
     objects.sort_by(|a, b| {
@@ -606,28 +519,11 @@ pub async fn plan(
         rank(b).cmp(&rank(a)).then_with(|| a.object.cmp(&b.object))
     });
 
-    let rooted: BTreeSet<String> = match roots.list(cluster) {
-        Ok(list) => list.into_iter().map(|r| r.activation).collect(),
-        Err(err) => {
-            notes.push(format!("cannot list the GC roots: {err}"));
-            BTreeSet::new()
-        }
-    };
-    let orphaned_roots = rooted
-        .iter()
-        .filter(|a| !existing.contains(*a))
-        .cloned()
-        .collect();
-    let mut kept_paths = BTreeMap::new();
-    let mut unrooted = Vec::new();
-    for record in &kept_records {
-        let name = record.name_any();
-        kept_paths.insert(name.clone(), record.spec.source.path.clone());
-        if !rooted.contains(&name) && std::path::Path::new(&record.spec.source.path).exists() {
-            unrooted.push(name);
-        }
-    }
-    unrooted.sort();
+    let Roots {
+        orphaned_roots,
+        unrooted,
+        kept_paths,
+    } = roots_of(roots, cluster, &existing, &kept_records, &mut notes);
     let mut kept = selection.kept;
     kept.sort_by_key(|n| Activation::sequence_in(n, cluster).unwrap_or(0));
     Ok(GcPlan {
@@ -643,6 +539,172 @@ pub async fn plan(
         owned,
         kept_paths,
     })
+}
+
+/// The builds of the kept records, by record, and the kinds to list.
+#[derive(Default)]
+struct KeptBuilds {
+    builds: Vec<(String, BTreeMap<ObjectKey, Desired>)>,
+    /// Kept records whose build cannot be read: no object is deleted.
+    unreadable: Vec<String>,
+    kinds: BTreeMap<(String, String), (ApiResource, bool)>,
+}
+
+/// Reads the kept records' builds and the kinds every record of the
+/// cluster (`mine`) lists.
+async fn kept_builds(
+    kept_records: &[&Activation],
+    mine: &[&Activation],
+    resources: &mut Resources,
+    notes: &mut Vec<String>,
+) -> Result<KeptBuilds> {
+    let mut kept = KeptBuilds::default();
+    for record in kept_records {
+        let name = record.name_any();
+        match read_desired(&record.spec.source.path, resources).await {
+            Ok(desired) => {
+                for d in desired.values() {
+                    if d.resource.served == Served::Yes {
+                        kept.kinds.insert(
+                            (d.resource.api.group.clone(), d.key.kind.clone()),
+                            (d.resource.api.clone(), d.resource.namespaced),
+                        );
+                    }
+                }
+                kept.builds.push((name, desired));
+            }
+            Err(err) => {
+                notes.push(format!(
+                    "the build of kept record {name} ({}) cannot be read: {err}; no object is deleted",
+                    record.spec.source.path
+                ));
+                kept.unreadable.push(name);
+            }
+        }
+    }
+    for record in mine {
+        for kind in record.status.iter().flat_map(|s| &s.kinds) {
+            let Some(GroupVersionKind { api_version, kind }) = GroupVersionKind::parse(kind) else {
+                continue;
+            };
+            if let Some(r) = resources.get(api_version, kind).await?
+                && r.served == Served::Yes
+            {
+                kept.kinds.insert(
+                    (r.api.group.clone(), kind.to_string()),
+                    (r.api, r.namespaced),
+                );
+            }
+        }
+    }
+    Ok(kept)
+}
+
+/// What gc does to the live object `l`, named by `remaining` records once
+/// the retired ones go.
+fn gc_object(
+    l: &crate::live::Live,
+    remaining: &BTreeSet<String>,
+    kept_builds: &[(String, BTreeMap<ObjectKey, Desired>)],
+    unreadable: &[String],
+) -> GcObject {
+    let holder = kept_builds
+        .iter()
+        .find_map(|(name, desired)| desired.get(&l.key).map(|d| (name, d)));
+    let mut object = GcObject {
+        object: ObjectRef::new(
+            l.api_version().to_string(),
+            l.key.kind.clone(),
+            l.key.namespace.clone(),
+            l.key.name.clone(),
+        ),
+        action: GcAction::Keep,
+        activations: l.activations.iter().cloned().collect(),
+        after: vec![],
+        destructive: false,
+        note: None,
+        resource: (*l.resource).clone(),
+        desired: None,
+    };
+    match holder {
+        Some((name, d)) if l.digest.as_deref() == Some(d.digest.as_str()) => {
+            let mut after = remaining.clone();
+            after.insert(name.clone());
+            object.action = GcAction::Repoint;
+            object.after = after.into_iter().collect();
+            object.note = Some(format!("the build of {name} has it"));
+            object.desired = Some(d.clone());
+        }
+        Some((name, _)) => {
+            object.note = Some(format!(
+                "the build of {name} has it, but it changed since kix applied it: annotation left as is"
+            ));
+        }
+        None if !remaining.is_empty() => {
+            object.note = Some(format!(
+                "still named by {}",
+                remaining.iter().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        None if l.prune_disabled => {
+            object.note = Some(crate::plan_object::NOTE_PRUNE_DISABLED.to_string());
+        }
+        None if !unreadable.is_empty() => {
+            object.note = Some(format!(
+                "not deleted: the build of {} cannot be read to check it",
+                unreadable.join(", ")
+            ));
+        }
+        None => {
+            object.action = GcAction::Delete;
+            object.destructive = is_destructive(&l.key);
+        }
+    }
+    object
+}
+
+/// The GC roots gc reports: roots of records that no longer exist, kept
+/// records without a root, and the kept records' store paths.
+struct Roots {
+    orphaned_roots: Vec<String>,
+    unrooted: Vec<String>,
+    kept_paths: BTreeMap<String, String>,
+}
+
+fn roots_of(
+    roots: &GcRoots,
+    cluster: &str,
+    existing: &BTreeSet<String>,
+    kept_records: &[&Activation],
+    notes: &mut Vec<String>,
+) -> Roots {
+    let rooted: BTreeSet<String> = match roots.list(cluster) {
+        Ok(list) => list.into_iter().map(|r| r.activation).collect(),
+        Err(err) => {
+            notes.push(format!("cannot list the GC roots: {err}"));
+            BTreeSet::new()
+        }
+    };
+    let orphaned_roots = rooted
+        .iter()
+        .filter(|a| !existing.contains(*a))
+        .cloned()
+        .collect();
+    let mut kept_paths = BTreeMap::new();
+    let mut unrooted = Vec::new();
+    for record in kept_records {
+        let name = record.name_any();
+        kept_paths.insert(name.clone(), record.spec.source.path.clone());
+        if !rooted.contains(&name) && std::path::Path::new(&record.spec.source.path).exists() {
+            unrooted.push(name);
+        }
+    }
+    unrooted.sort();
+    Roots {
+        orphaned_roots,
+        unrooted,
+        kept_paths,
+    }
 }
 
 /// The desired objects of the build at `path`, by key.

@@ -47,43 +47,10 @@ pub async fn release_objects(
     let cluster = record.cluster_name().to_string();
     let all = records::list_all(client).await?;
     let clusters = activation_clusters(&all);
-
-    // The cluster's current record (not one going away) and its build's keys.
-    let current = records::of_cluster(&all, &cluster)
-        .into_iter()
-        .rev()
-        .filter(|r| r.metadata.deletion_timestamp.is_none())
-        .filter(|r| !retiring.contains(&r.name_any()) && r.name_any() != name)
-        .find(|r| matches!(r.phase(), Some(Phase::Active | Phase::Degraded)));
     let mut resources = Resources::new(client.clone());
-    let mut current_keys: BTreeSet<ObjectKey> = BTreeSet::new();
-    if let Some(current) = current {
-        let build = kix_manifest::read_tree(
-            std::path::Path::new(&current.spec.source.path),
-            &kix_manifest::ReadOptions::default(),
-        )?;
-        current_keys = crate::desired::desired_objects(
-            &build,
-            &mut resources,
-            crate::desired::Shapes::Skipped,
-        )
-        .await?
-        .into_iter()
-        .map(|d| d.key)
-        .collect();
-    }
-
-    let mut kinds = Vec::new();
-    for kind in record.status.iter().flat_map(|s| &s.kinds) {
-        let Some(GroupVersionKind { api_version, kind }) = GroupVersionKind::parse(kind) else {
-            continue;
-        };
-        if let Some(r) = resources.get(api_version, kind).await?
-            && r.served == Served::Yes
-        {
-            kinds.push((r.api, r.namespaced));
-        }
-    }
+    let (current, current_keys) =
+        current_build(&all, &cluster, &name, retiring, &mut resources).await?;
+    let kinds = recorded_kinds(record, &mut resources).await?;
     let live = list_kinds(client, kinds, Some(&kix_api::labels::managed_selector())).await?;
     let mut mine: Vec<_> = live
         .values()
@@ -95,84 +62,160 @@ pub async fn release_objects(
         let rb = kix_manifest::kind_rank(&b.key.group, &b.key.kind);
         rb.cmp(&ra).then_with(|| a.key.cmp(&b.key))
     });
-
     let mut report = RetireReport::default();
     for l in mine {
-        let reference = ObjectRef::new(
-            l.api_version().to_string(),
-            l.key.kind.clone(),
-            l.key.namespace.clone(),
-            l.key.name.clone(),
-        );
-        let api: Api<DynamicObject> = match &l.key.namespace {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &*l.resource),
-            None => Api::all_with(client.clone(), &*l.resource),
+        let released = Released {
+            record: &name,
+            cluster: &cluster,
+            clusters: &clusters,
+            repoint_to: current.filter(|_| current_keys.contains(&l.key)),
         };
-        let others: BTreeSet<String> = l
-            .activations
-            .iter()
-            .filter(|a| !belongs_to(a, &cluster, &clusters))
-            .cloned()
-            .collect();
-        let annotate = |value: BTreeSet<String>| {
-            let patch = serde_json::json!({"metadata": {"annotations": {
-                ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&value)
-            }}});
-            let api = api.clone();
-            let name = l.key.name.clone();
-            let manager = kix_api::field_manager(&cluster);
-            async move {
-                api.patch(
-                    &name,
-                    &PatchParams {
-                        field_manager: Some(manager),
-                        ..Default::default()
-                    },
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .map(|_| ())
-            }
-        };
-        let result = if l.prune_disabled {
-            report.kept.push(reference.clone());
-            Ok(())
-        } else if let Some(current) = current.filter(|_| current_keys.contains(&l.key)) {
-            let mut value: BTreeSet<String> = l
-                .activations
-                .iter()
-                .filter(|a| *a != &name)
-                .cloned()
-                .collect();
-            value.insert(current.name_any());
-            let r = annotate(value).await;
-            if r.is_ok() {
-                report.repointed.push(reference.clone());
-            }
-            r
-        } else if !others.is_empty() {
-            let r = annotate(others).await;
-            if r.is_ok() {
-                report.trimmed.push(reference.clone());
-            }
-            r
-        } else {
-            let params = DeleteParams {
-                propagation_policy: Some(PropagationPolicy::Background),
-                ..Default::default()
-            };
-            match api.delete(&l.key.name, &params).await {
-                Ok(_) => {
-                    report.deleted.push(reference.clone());
-                    Ok(())
-                }
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                Err(e) => Err(e),
-            }
-        };
-        if let Err(err) = result {
-            report.failed.push((reference, api_message(&err)));
-        }
+        release_one(client, l, &released, &mut report).await;
     }
     Ok(report)
+}
+
+/// The cluster's current record (not one going away) and the keys of its
+/// build: an object it has stays, its annotation pointed at it.
+async fn current_build<'a>(
+    all: &'a [Activation],
+    cluster: &str,
+    name: &str,
+    retiring: &BTreeSet<String>,
+    resources: &mut Resources,
+) -> Result<(Option<&'a Activation>, BTreeSet<ObjectKey>)> {
+    let current = records::of_cluster(all, cluster)
+        .into_iter()
+        .rev()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .filter(|r| !retiring.contains(&r.name_any()) && r.name_any() != name)
+        .find(|r| matches!(r.phase(), Some(Phase::Active | Phase::Degraded)));
+    let Some(current) = current else {
+        return Ok((None, BTreeSet::new()));
+    };
+    let build = kix_manifest::read_tree(
+        std::path::Path::new(&current.spec.source.path),
+        &kix_manifest::ReadOptions::default(),
+    )?;
+    let keys = crate::desired::desired_objects(&build, resources, crate::desired::Shapes::Skipped)
+        .await?
+        .into_iter()
+        .map(|d| d.key)
+        .collect();
+    Ok((Some(current), keys))
+}
+
+/// The served kinds `record` lists, to find its objects.
+async fn recorded_kinds(
+    record: &Activation,
+    resources: &mut Resources,
+) -> Result<Vec<(kube::discovery::ApiResource, bool)>> {
+    let mut kinds = Vec::new();
+    for kind in record.status.iter().flat_map(|s| &s.kinds) {
+        let Some(GroupVersionKind { api_version, kind }) = GroupVersionKind::parse(kind) else {
+            continue;
+        };
+        if let Some(r) = resources.get(api_version, kind).await?
+            && r.served == Served::Yes
+        {
+            kinds.push((r.api, r.namespaced));
+        }
+    }
+    Ok(kinds)
+}
+
+/// What releasing one object of a record needs to know.
+struct Released<'a> {
+    /// The record going away.
+    record: &'a str,
+    cluster: &'a str,
+    clusters: &'a std::collections::BTreeMap<String, String>,
+    /// The cluster's current record, when its build has the object.
+    repoint_to: Option<&'a Activation>,
+}
+
+/// Releases `l`: kept (prune disabled), pointed at the current record,
+/// left to other Kix clusters, or deleted; into `report`.
+async fn release_one(
+    client: &Client,
+    l: &crate::live::Live,
+    released: &Released<'_>,
+    report: &mut RetireReport,
+) {
+    let (name, cluster) = (released.record, released.cluster);
+    let reference = ObjectRef::new(
+        l.api_version().to_string(),
+        l.key.kind.clone(),
+        l.key.namespace.clone(),
+        l.key.name.clone(),
+    );
+    let api: Api<DynamicObject> = match &l.key.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &*l.resource),
+        None => Api::all_with(client.clone(), &*l.resource),
+    };
+    let others: BTreeSet<String> = l
+        .activations
+        .iter()
+        .filter(|a| !belongs_to(a, cluster, released.clusters))
+        .cloned()
+        .collect();
+    let annotate = |value: BTreeSet<String>| {
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&value)
+        }}});
+        let api = api.clone();
+        let name = l.key.name.clone();
+        let manager = kix_api::field_manager(cluster);
+        async move {
+            api.patch(
+                &name,
+                &PatchParams {
+                    field_manager: Some(manager),
+                    ..Default::default()
+                },
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map(|_| ())
+        }
+    };
+    let result = if l.prune_disabled {
+        report.kept.push(reference.clone());
+        Ok(())
+    } else if let Some(current) = released.repoint_to {
+        let mut value: BTreeSet<String> = l
+            .activations
+            .iter()
+            .filter(|a| *a != name)
+            .cloned()
+            .collect();
+        value.insert(current.name_any());
+        let r = annotate(value).await;
+        if r.is_ok() {
+            report.repointed.push(reference.clone());
+        }
+        r
+    } else if !others.is_empty() {
+        let r = annotate(others).await;
+        if r.is_ok() {
+            report.trimmed.push(reference.clone());
+        }
+        r
+    } else {
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..Default::default()
+        };
+        match api.delete(&l.key.name, &params).await {
+            Ok(_) => {
+                report.deleted.push(reference.clone());
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    };
+    if let Err(err) = result {
+        report.failed.push((reference, api_message(&err)));
+    }
 }

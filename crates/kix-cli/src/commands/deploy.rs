@@ -93,89 +93,17 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
         _ if args.operator => super::operator::plan_options(),
         _ => args.engine.plan_options(),
     };
-    let (path, build, client, plan) = match &saved {
-        Some(saved) => {
-            let (path, build) =
-                read_store_build("the build the plan names", &saved.store_path, &args.cluster)
-                    .await?;
-            let client = crate::kube_client::client_for_build(global, &build.settings).await?;
-            let plan =
-                kix_engine::plan::plan(&client, &build, path.as_str(), &plan_options).await?;
-            (path, build, client, plan)
-        }
-        None => {
-            let read = args
-                .source
-                .build_and_read_for_plan(&args.cluster, global, &plan_options)
-                .await?;
-            let plan = kix_engine::plan::plan_prefetched(
-                &read.client,
-                &read.build,
-                read.path.as_str(),
-                &plan_options,
-                read.prefetched,
-            )
-            .await?;
-            (read.path, read.build, read.client, plan)
-        }
-    };
+    let (path, build, client, plan) =
+        plan_to_deploy(&args, global, saved.as_ref(), &plan_options).await?;
     if let (Some(saved), Some(file)) = (&saved, &args.plan) {
-        let moved = saved.moved(&plan);
-        if !moved.is_empty() {
-            for line in &moved {
-                eprintln!("  {line}");
-            }
-            anyhow::bail!(
-                "the plan in {} is no longer what a deploy would do ({} change(s) above, - saved, + now): nothing was changed; plan again",
-                file.display(),
-                moved.len()
-            );
-        }
+        refuse_moved(saved, file, &plan)?;
     }
     print_plan(&plan, args.output, false)?;
     super::declare::warn_if_host_declared(&client, plan.current_activation.as_deref()).await;
     if args.dry_run {
         return Ok(ExitCode::SUCCESS);
     }
-    let mut options = DeployOptions {
-        timeout: args.timeout,
-        on_error: match args.on_error {
-            OnErrorArg::Abort => OnError::Abort,
-            OnErrorArg::Continue => OnError::Continue,
-            OnErrorArg::Rollback => OnError::Rollback,
-        },
-        // What was planned is what runs: the plan's options, not the flags
-        // (the same unless the plan was saved).
-        prune: plan_options.prune,
-        prune_mode: match args.prune_mode {
-            PruneModeArg::Background => PruneMode::Background,
-            PruneModeArg::Foreground => PruneMode::Foreground,
-            PruneModeArg::Orphan => PruneMode::Orphan,
-        },
-        force_conflicts: plan_options.force_conflicts,
-        yield_to_kix_clusters: plan_options.yield_to_kix_clusters,
-        accept_migrations: args.confirm.accept_migrations,
-        deletions: args.confirm.deletion_consent(),
-        allow_empty: args.allow_empty,
-        current_activation: args.confirm.current_activation.clone(),
-        concurrency: args.concurrency,
-        receipt: ReceiptInfo {
-            flake: args.source.flake.clone(),
-            ..ReceiptInfo::local()
-        },
-        // A saved plan runs only as saved: re-checked under the Lease (by
-        // the operator too, which the record tells).
-        exact_digest: saved.as_ref().map(|s| s.digest.clone()),
-        ..DeployOptions::default()
-    };
-    // Undocumented, for the fault tests: a shorter deploy Lease (a killed
-    // client then blocks the next deploy for seconds, not 15 s).
-    if let Some(secs) = std::env::var("KIX_LEASE_SECONDS")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-    {
-        options.lease.duration = Duration::from_secs(secs.max(1));
-    }
+    let mut options = deploy_options(&args, &plan_options, saved.as_ref());
     // A saved plan was reviewed: it is the confirmation; the engine still
     // plans again under the Lease before it acts.
     let mut confirm_args = args.confirm.clone();
@@ -216,6 +144,117 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The build a deploy runs and its plan: the saved plan's store path,
+/// planned again, or the source built and read while the cluster's first
+/// reads start.
+async fn plan_to_deploy(
+    args: &DeployArgs,
+    global: &GlobalArgs,
+    saved: Option<&kix_engine::seal::SavedPlan>,
+    plan_options: &kix_engine::plan::PlanOptions,
+) -> anyhow::Result<(
+    kix_manifest::StorePath,
+    kix_manifest::Build,
+    kube::Client,
+    kix_engine::plan::Plan,
+)> {
+    Ok(match saved {
+        Some(saved) => {
+            let (path, build) =
+                read_store_build("the build the plan names", &saved.store_path, &args.cluster)
+                    .await?;
+            let client = crate::kube_client::client_for_build(global, &build.settings).await?;
+            let plan = kix_engine::plan::plan(&client, &build, path.as_str(), plan_options).await?;
+            (path, build, client, plan)
+        }
+        None => {
+            let read = args
+                .source
+                .build_and_read_for_plan(&args.cluster, global, plan_options)
+                .await?;
+            let plan = kix_engine::plan::plan_prefetched(
+                &read.client,
+                &read.build,
+                read.path.as_str(),
+                plan_options,
+                read.prefetched,
+            )
+            .await?;
+            (read.path, read.build, read.client, plan)
+        }
+    })
+}
+
+/// A saved plan runs only as saved: what moved since, on stderr, and
+/// nothing changed.
+fn refuse_moved(
+    saved: &kix_engine::seal::SavedPlan,
+    file: &std::path::Path,
+    plan: &kix_engine::plan::Plan,
+) -> anyhow::Result<()> {
+    let moved = saved.moved(plan);
+    if !moved.is_empty() {
+        for line in &moved {
+            eprintln!("  {line}");
+        }
+        anyhow::bail!(
+            "the plan in {} is no longer what a deploy would do ({} change(s) above, - saved, + now): nothing was changed; plan again",
+            file.display(),
+            moved.len()
+        );
+    }
+    Ok(())
+}
+
+/// The engine's options of a deploy: what was planned (prune, conflicts)
+/// from the plan's options, the rest from the flags.
+fn deploy_options(
+    args: &DeployArgs,
+    plan_options: &kix_engine::plan::PlanOptions,
+    saved: Option<&kix_engine::seal::SavedPlan>,
+) -> DeployOptions {
+    let mut options = DeployOptions {
+        timeout: args.timeout,
+        on_error: match args.on_error {
+            OnErrorArg::Abort => OnError::Abort,
+            OnErrorArg::Continue => OnError::Continue,
+            OnErrorArg::Rollback => OnError::Rollback,
+        },
+        // What was planned is what runs: the plan's options, not the flags
+        // (the same unless the plan was saved).
+        prune: plan_options.prune,
+        prune_mode: match args.prune_mode {
+            PruneModeArg::Background => PruneMode::Background,
+            PruneModeArg::Foreground => PruneMode::Foreground,
+            PruneModeArg::Orphan => PruneMode::Orphan,
+        },
+        force_conflicts: plan_options.force_conflicts,
+        yield_to_kix_clusters: plan_options.yield_to_kix_clusters,
+        accept_migrations: args.confirm.accept_migrations,
+        deletions: args.confirm.deletion_consent(),
+        allow_empty: args.allow_empty,
+        current_activation: args.confirm.current_activation.clone(),
+        concurrency: args.concurrency,
+        receipt: ReceiptInfo {
+            flake: args.source.flake.clone(),
+            ..ReceiptInfo::local()
+        },
+        // A saved plan runs only as saved: re-checked under the Lease (by
+        // the operator too, which the record tells).
+        exact_digest: saved.map(|s| s.digest.clone()),
+        ..DeployOptions::default()
+    };
+    // Undocumented, for the fault tests: a shorter deploy Lease (a killed
+    // client then blocks the next deploy for seconds, not 15 s).
+    if let Some(secs) = std::env::var("KIX_LEASE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        options.lease.duration = Duration::from_secs(secs.max(1));
+    }
+    options
 }
 
 /// The options a saved plan runs with: the ones it was made with. Refused
