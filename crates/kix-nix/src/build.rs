@@ -247,6 +247,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_fleet_is_built_from_kix_fleets() {
+        let source = BuildSource::FlakeAttr {
+            flake: ".".into(),
+            attr: output_attr("kixFleets", "prod"),
+        };
+        assert_eq!(source.installable().as_deref(), Some(".#kixFleets.prod"));
+        assert_eq!(source.to_string(), ".#kixFleets.prod");
+        assert_eq!(
+            output_attr("kixFleets", "my.fleet"),
+            "kixFleets.\"my.fleet\""
+        );
+    }
+
+    #[test]
     fn installables() {
         assert_eq!(
             BuildSource::flake(".", "prod").installable().as_deref(),
