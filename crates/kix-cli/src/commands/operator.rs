@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use kix_api::{Activation, ActivationSpec, ActivationStatus, Phase};
 use kix_engine::plan::{Plan, PlanOptions};
-use kube::api::{Api, ListParams};
 use kube::Client;
+use kube::api::{Api, ListParams};
 
 /// How often the CLI polls the record, and how long it waits for a terminal phase.
 pub const POLL_EVERY: Duration = Duration::from_secs(2);
