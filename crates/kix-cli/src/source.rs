@@ -270,6 +270,8 @@ pub fn warn_secrets(build: &Build) {
     let secrets: Vec<String> = build
         .objects()
         .filter(|o| o.key.group.is_empty() && o.key.kind == "Secret")
+        // A Secret decrypted from a package's SOPS file is not in the store.
+        .filter(|o| !kix_manifest::secrets::is_decrypted(o))
         .map(|o| o.key.to_string())
         .collect();
     if !secrets.is_empty() {

@@ -382,3 +382,184 @@ async fn encrypted_secrets_deploy_without_plaintext_anywhere() {
         .await;
     let _ = kix_testkit::delete_namespace(&env.client, &env.namespace).await;
 }
+
+/// `kix-operator` for `cluster` as `admin`, its JSON log in `log`, with
+/// `key` (or no key at all: no sops variable, no keys.txt).
+fn start_operator(
+    admin: &Admin,
+    scratch: &Path,
+    cluster: &str,
+    namespace: &str,
+    key: Option<&Key>,
+    log: &Path,
+) -> common::Operator {
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let mut cmd = Command::new(common::operator_bin());
+    cmd.arg("--kubeconfig")
+        .arg(&admin.kubeconfig)
+        .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+        .args([
+            "--leader-lease",
+            &format!("{cluster}-op"),
+            "--lease-namespace",
+            namespace,
+        ])
+        .args(["--leader-lease-seconds", "4", "--resync-interval", "10s"])
+        .args(["--cluster", cluster, "--log-format", "json"])
+        .env_remove("SOPS_AGE_KEY")
+        .env_remove("SOPS_AGE_KEY_FILE")
+        .env("HOME", scratch)
+        .env("XDG_CONFIG_HOME", scratch.join("config"))
+        .env("KIX_LOG", "debug,kube=warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).expect("operator log"));
+    if let Some(key) = key {
+        cmd.arg("--age-identity").arg(&key.file);
+    }
+    common::Operator {
+        child: cmd.spawn().expect("start kix-operator"),
+        log: log.to_path_buf(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_decrypts_with_its_key_and_refuses_without_one() {
+    let env = TestEnv::new("secrets-op").await.expect("control plane");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let dir = scratch.path();
+    let operator_user = Admin::new(&env, dir).await;
+    let deployer_dir = dir.join("deployer");
+    std::fs::create_dir_all(&deployer_dir).expect("mkdir");
+    let deployer = Admin::new(&env, &deployer_dir).await;
+    let cp_dir = kix_testkit::control_plane_dir();
+    let key = keygen(dir, "operator");
+    let unique = kix_testkit::unique_name("v");
+    let (password, token) = (format!("op-pw-{unique}"), format!("op-tok-{unique}"));
+    let plain = vec![
+        password.clone(),
+        token.clone(),
+        encode(&password),
+        encode(&token),
+    ];
+    let deploy_operator = |tree: &Path| {
+        let path = common::add_to_store(tree);
+        run(kix(&deployer, dir)
+            .args(["deploy", "--operator", "--yes", "--age-identity"])
+            .arg(&key.file)
+            .args(["--path", &path, &env.cluster]))
+    };
+
+    // No key: the record fails naming the file; no object is written.
+    let log = dir.join("operator-nokey.log");
+    let operator = start_operator(
+        &operator_user,
+        dir,
+        &env.cluster,
+        &env.namespace,
+        None,
+        &log,
+    );
+    let mark = audit_mark(&cp_dir);
+    let v1 = tree(
+        &dir.join("v1"),
+        &env,
+        &encrypted_secret(dir, &password, &token, &[&key]),
+    );
+    let out = deploy_operator(&v1);
+    assert_eq!(out.code, Some(1), "the operator fails the record: {out}");
+    assert_none_in(&plain, "kix deploy --operator", &out.to_string());
+    let failed = common::poll(
+        "the operator to fail the record",
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || async {
+            let recs = records(&env.client, &env.cluster).await;
+            let last = recs.last()?;
+            (last.phase() == Some(kix_api::Phase::Failed))
+                .then(|| serde_json::to_string(last).ok())?
+        },
+    )
+    .await;
+    assert!(
+        failed.contains("packages/app/secrets/000-db.sops.yaml"),
+        "{failed}"
+    );
+    assert!(failed.contains("no age identity"), "{failed}");
+    let object_writes: Vec<_> = operator_user
+        .requests_since(mark)
+        .await
+        .into_iter()
+        .filter(|r| {
+            r.is_write() && !matches!(r.resource.as_str(), "activations" | "events" | "leases")
+        })
+        .collect();
+    assert!(
+        object_writes.is_empty(),
+        "the operator wrote without a key: {object_writes:?}"
+    );
+    drop(operator);
+
+    // With its key: applied, and no value in its log, the records, Events.
+    let log = dir.join("operator.log");
+    let operator = start_operator(
+        &operator_user,
+        dir,
+        &env.cluster,
+        &env.namespace,
+        Some(&key),
+        &log,
+    );
+    let again = tree(
+        &dir.join("v1b"),
+        &env,
+        &encrypted_secret(dir, &password, &token, &[&key]),
+    );
+    let out = deploy_operator(&again);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_none_in(&plain, "kix deploy --operator", &out.to_string());
+    common::poll(
+        "the operator to apply the Secret",
+        Duration::from_secs(90),
+        Duration::from_millis(300),
+        || async {
+            let recs = records(&env.client, &env.cluster).await;
+            let active = recs.last()?.phase() == Some(kix_api::Phase::Active);
+            let secret = Api::<Secret>::namespaced(env.client.clone(), &env.namespace)
+                .get_opt("db")
+                .await
+                .ok()??;
+            (active && value_of(&secret, "password") == password).then_some(())
+        },
+    )
+    .await;
+    assert_none_in(&plain, "the operator's JSON log", &operator.log());
+    assert!(
+        operator
+            .log()
+            .contains("age identities for encrypted Secrets")
+    );
+    let recorded = serde_json::to_string(&records(&env.client, &env.cluster).await).expect("json");
+    assert_none_in(&plain, "the Activation records", &recorded);
+    let events = Api::<Event>::all(env.client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("events");
+    assert_none_in(
+        &plain,
+        "the Events",
+        &serde_json::to_string(&events.items).expect("json"),
+    );
+    drop(operator);
+
+    for user in [&operator_user.user, &deployer.user] {
+        let _ = Api::<ClusterRoleBinding>::all(env.client.clone())
+            .delete(user, &DeleteParams::default())
+            .await;
+    }
+    let _ = kix_testkit::delete_namespace(&env.client, &env.namespace).await;
+}

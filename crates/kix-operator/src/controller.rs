@@ -330,6 +330,15 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         }
         Err(err) => return fail(ctx, &record, format!("reading {path}: {err}")).await,
     };
+    // Encrypted Secrets this operator has no key for: nothing is applied
+    // (the build would prune them), and the record says which file.
+    if let Some(secret) = build.secrets.first().filter(|_| !build.secrets_decrypted) {
+        let err = kix_manifest::TreeError::Secret {
+            file: secret.file.clone(),
+            reason: kix_manifest::secrets::kix_sops::Reason::NoIdentities,
+        };
+        return fail(ctx, &record, format!("reading {path}: {err}")).await;
+    }
     let violations = ctx.allow.violations(&build);
     if !violations.is_empty() {
         let shown: Vec<&str> = violations.iter().take(10).map(String::as_str).collect();
