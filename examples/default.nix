@@ -16,6 +16,12 @@
   kix ? import ../nix { },
 }:
 let
+  # The web tier's database password, SOPS-encrypted (docs/secrets.md):
+  # checks/demo encrypts one with an age key it generates (never committed)
+  # and names the file here. Without it (the tests, a fresh clone, pure
+  # evaluation) the example has no Secret.
+  dbSecret = builtins.getEnv "KIX_EXAMPLE_DB_SECRET";
+
   deployment =
     { name, image, replicas ? 1, env ? [ ], volumes ? [ ], mounts ? [ ] }:
     {
@@ -147,7 +153,8 @@ let
               name = "web";
               image = "example.invalid/web:2.3.1";
               replicas = 2;
-              env = [ { name = "GREETING"; valueFrom.configMapKeyRef = { name = "web-config"; key = "GREETING"; }; } ];
+              env = [ { name = "GREETING"; valueFrom.configMapKeyRef = { name = "web-config"; key = "GREETING"; }; } ]
+                ++ (if dbSecret == "" then [ ] else [ { name = "DB_PASSWORD"; valueFrom.secretKeyRef = { name = "web-db"; key = "password"; }; } ]);
             })
             {
               apiVersion = "v1";
@@ -159,6 +166,9 @@ let
               };
             }
           ];
+          # Secret web-db: only its ciphertext is in the store; kix decrypts
+          # it where it applies it (SOPS_AGE_KEY_FILE, --age-identity).
+          secrets = if dbSecret == "" then [ ] else [ dbSecret ];
         };
       };
     };
