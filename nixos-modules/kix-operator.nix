@@ -182,7 +182,9 @@ let
     ++ map (a: "--accept=${a}") c.acceptMigrations
     ++ lib.optional (c.maxDeletions != null) "--max-deletions=${toString c.maxDeletions}"
     ++ lib.optional (c.absent == "prune") "--allow-empty"
-    ++ lib.optional (hostName != "") "--declared-by=${hostName}";
+    ++ lib.optional (hostName != "") "--declared-by=${hostName}"
+    # It plans the build: its encrypted Secrets need the key (root reads it).
+    ++ lib.optional copyAgeIdentity "--age-identity=${cfg.ageIdentityFile}";
   declareUnit = name: c: {
     description = "kix: declare Kix cluster ${name} (${if c.absent == "prune" then "pruned" else "this generation's build"})";
     wantedBy = [ "multi-user.target" ];

@@ -514,6 +514,11 @@ in
     && builtins.length pre == 2
     && lib.hasPrefix "+" (builtins.elemAt pre 1)
   );
+  ageIdentityForDeclaredClusters = ok (
+    has "--age-identity=/run/keys/kix-age.txt"
+      (declaring { extra.ageIdentityFile = "/run/keys/kix-age.txt"; }).systemd.services.kix-declare-demo.serviceConfig.ExecStart
+    && !(has "--age-identity" declareUnit.serviceConfig.ExecStart)
+  );
   ageIdentityNotInTheStore = ok (
     builtins.any (m: has "ageIdentityFile is in the Nix store" m) (
       failedAssertions (eval {
