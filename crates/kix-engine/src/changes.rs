@@ -8,6 +8,11 @@
 use kix_api::{ActivationStatus, DELETING_LISTED, DeletingObject, FailedDeletion};
 use kix_manifest::ObjectKey;
 
+/// How many of a run's messages (one per failed object) its message names;
+/// the rest are counted, so the message, the record and its events stay
+/// small however many objects failed.
+pub const MESSAGES_LISTED: usize = 10;
+
 /// What one or more stages did.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct ChangeSet<'p> {

@@ -21,9 +21,11 @@
 //! - **Reading the cluster into values**: [`plan`] (the planner), [`live`],
 //!   [`resources`] (discovery), [`records`], [`crd_upgrade`], [`contents`],
 //!   [`status`].
-//! - **A stage** (writes the cluster): [`ownership`] (apply), [`wait`],
-//!   [`prune`], [`migrations`]; each returns a [`changes::ChangeSet`] and
-//!   takes its own inputs, never the orchestrator's; [`deploy`] orders them,
+//! - **A stage** (writes the cluster): `apply.rs` (a group's server-side
+//!   applies, with [`ownership`], then its wait, with [`wait`]), [`prune`],
+//!   [`migrations`]; each returns a [`changes::ChangeSet`] and takes its own
+//!   settings (`ApplyStage`, `PruneOptions`), never the deploy's options or
+//!   state; [`deploy`] orders them,
 //!   merges their change sets and writes the record
 //!   ([`changes::ChangeSet::record`]). [`gc`] and [`retire`] for retired
 //!   records.
@@ -36,6 +38,7 @@
 // see); it is returned on failure paths only, so its size does not matter.
 #![allow(clippy::result_large_err)]
 
+mod apply;
 pub mod budget;
 pub mod changes;
 pub mod contents;
