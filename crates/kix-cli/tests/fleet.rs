@@ -251,6 +251,16 @@ async fn three_waves(dir: &Path, gcroots: &Path, members: &[Member], v1: &str) {
         );
     }
 
+    // The root of a rollout no member's record names (retention retired
+    // its records): dropped by the next fleet run.
+    let stale = gcroots.join("fleet:prod").join("0123456789abcdef0123");
+    std::fs::create_dir_all(stale.parent().expect("dir")).expect("mkdir");
+    let out = run(Command::new("nix-store")
+        .arg("--add-root")
+        .arg(&stale)
+        .args(["--indirect", "--realise", v1]));
+    assert_eq!(out.code, Some(0), "{out}");
+
     // A saved fleet plan: deployed as reviewed (no question), and refused
     // once the members moved.
     let saved = dir.join("f1.plan.json");
@@ -283,6 +293,10 @@ async fn three_waves(dir: &Path, gcroots: &Path, members: &[Member], v1: &str) {
     assert!(
         gcroots.join("fleet:prod").join(&rollouts[0]).exists(),
         "the fleet build has a GC root"
+    );
+    assert!(
+        std::fs::symlink_metadata(&stale).is_err(),
+        "the stale rollout's root was dropped"
     );
 
     let out = run(&mut kix_fleet(gcroots, &["status", "prod", "--path", &f1]));

@@ -16,6 +16,8 @@
 //!   history and rollback read the members' own records back.
 //! - [`rollback::plan_rollback`]: each member that took a rollout back to
 //!   the build before it, in reverse wave order.
+//! - [`roots`]: the fleet build's GC root, kept while a member's record
+//!   names its rollout.
 
 pub mod apply;
 pub mod error;
@@ -24,6 +26,7 @@ pub mod member;
 pub mod plan;
 pub mod records;
 pub mod rollback;
+pub mod roots;
 pub mod run;
 pub mod spec;
 

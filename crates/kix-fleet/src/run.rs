@@ -126,7 +126,7 @@ pub async fn run(run: Run<'_>, options: &RunOptions) -> FleetOutcome {
         .pause
         .unwrap_or_else(|| crate::spec::parse_pause(&plan.pause).unwrap_or_default());
     if run.action == FleetAction::Deploy {
-        root_fleet_build(plan);
+        crate::roots::add(plan);
     }
     let mut results: Vec<MemberOutcome> = Vec::new();
     let mut halted: Option<String> = None;
@@ -167,26 +167,15 @@ pub async fn run(run: Run<'_>, options: &RunOptions) -> FleetOutcome {
         done.sort_by(|a, b| a.member.cmp(&b.member));
         results.extend(done);
     }
+    for rollout in crate::roots::drop_unnamed(plan).await {
+        tracing::info!(%rollout, "dropped the GC root of a rollout no member's record names");
+    }
     FleetOutcome {
         fleet: plan.fleet.clone(),
         rollout: plan.rollout.0.clone(),
         action: run.action,
         halted,
         members: results,
-    }
-}
-
-/// Keeps the fleet build (and through it every member's build) in the Nix
-/// store: a root `fleet:<fleet>/<rollout>` in kix's GC roots directory
-/// (`fleet:` cannot begin a Kix cluster's name). Left for the user to drop;
-/// each member's own Activation roots its build as any deploy does.
-fn root_fleet_build(plan: &FleetPlan) {
-    let Ok(path) = kix_manifest::StorePath::parse(&plan.path) else {
-        return;
-    };
-    let roots = kix_nix::GcRoots::from_env();
-    if let Err(err) = roots.add(&format!("fleet:{}", plan.fleet), &plan.rollout.0, &path) {
-        tracing::warn!("could not add a Nix GC root for the fleet build {path}: {err}");
     }
 }
 
