@@ -8,7 +8,7 @@
 //! bound to an empty map when the object has none, so `status.?conditions`
 //! works before a controller wrote anything.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
@@ -99,6 +99,9 @@ pub enum RuleError {
 pub(crate) struct Expr {
     pub(crate) source: String,
     program: Program,
+    /// The functions it calls: an undeclared one is a mistake in the rule,
+    /// not a field the object lacks.
+    functions: BTreeSet<String>,
 }
 
 /// What evaluating a boolean expression gave.
@@ -117,9 +120,16 @@ pub(crate) static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdli
 impl Expr {
     pub(crate) fn compile(source: &str) -> Result<Expr, String> {
         let program = ENV.compile(source).map_err(|e| e.to_string())?;
+        let functions = program
+            .references()
+            .functions()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         Ok(Expr {
             source: source.to_owned(),
             program,
+            functions,
         })
     }
 
@@ -128,6 +138,11 @@ impl Expr {
             Ok(cel::Value::Bool(true)) => Outcome::True,
             Ok(cel::Value::Bool(false)) => Outcome::False,
             Ok(other) => Outcome::Error(format!("gave a {}, not a bool", other.type_of())),
+            Err(ExecutionError::UndeclaredReference(name))
+                if self.functions.contains(name.as_str()) =>
+            {
+                Outcome::Error(format!("no function {name} in kix's CEL"))
+            }
             Err(e) if is_missing(&e) => Outcome::False,
             Err(e) => Outcome::Error(e.to_string()),
         }

@@ -319,3 +319,27 @@ fn a_verdict_serializes_with_its_rule() {
         Some(json!({"health": {"status": "Ready"}, "rule": "kstatus"}))
     );
 }
+
+#[test]
+fn an_unknown_function_is_degraded_naming_it_and_matches_is_there() {
+    let rules = rules(vec![
+        rule(
+            "kix.json health[0]",
+            json!({"group": "example.com", "kind": "Widget", "current": "status.phase.lowerAscii() == 'running'"}),
+        ),
+        rule(
+            "kix.json health[1]",
+            json!({"group": "example.com", "kind": "Gadget", "current": "status.phase.matches('^Run')"}),
+        ),
+    ]);
+    let health = rules.judge(&widget(json!({"phase": "Running"}))).health;
+    assert_eq!(
+        health,
+        Health::Degraded {
+            reason: "kix.json health[0]: current `status.phase.lowerAscii() == 'running'` could not be evaluated: no function lowerAscii in kix's CEL".into()
+        }
+    );
+    let mut gadget = widget(json!({"phase": "Running"}));
+    gadget["kind"] = json!("Gadget");
+    assert_eq!(rules.judge(&gadget).health, Health::Ready);
+}
