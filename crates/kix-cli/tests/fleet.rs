@@ -471,6 +471,11 @@ async fn unreachable_member(
             .contains("halted: wave 1 failed (lost: unreachable"),
         "{out}"
     );
+    assert!(
+        out.stderr
+            .contains("warning: member lost cannot be reached"),
+        "{out}"
+    );
     assert_eq!(current_path(staging).await, v1, "wave 0 went ahead");
     assert_eq!(current_path(us).await, us_before, "wave 2 untouched");
     let out = run(&mut kix_fleet(gcroots, &["status", "prod", "--path", &f4]));

@@ -225,6 +225,17 @@ impl FleetRunArgs {
         if !refused.is_empty() {
             anyhow::bail!("{}: nothing was changed", refused.join("; "));
         }
+        for m in &plan.members {
+            let why = match &m.state {
+                MemberState::Unreachable { reason } => format!("cannot be reached ({reason})"),
+                MemberState::Failed { reason } => format!("could not be planned ({reason})"),
+                MemberState::Planned { .. } => continue,
+            };
+            eprintln!(
+                "warning: member {} {why}: wave {} will fail on it (--continue-on-failure tolerates it)",
+                m.member, m.wave
+            );
+        }
         let destructive = destructive_text(plan);
         if !destructive.is_empty() {
             eprint!("{destructive}");
