@@ -10,11 +10,15 @@
   variant ? "default",
   system ? builtins.currentSystem,
   nixpkgsLib,
+  # The `tenants` variant: a directory with the built kix, which renders the
+  # admission policy (`kix crds --tenants`) when the tree is built.
+  kixBinDir ? "",
 }:
 let
   common = import ./common.nix { inherit system nixpkgsLib; };
   variants = {
     default = { };
+    tenants = tenantsVariant;
     # apply permissions for ConfigMaps in two namespaces only, plus
     # Namespaces cluster-wide
     restricted = {
@@ -84,6 +88,43 @@ let
         }
       ];
     };
+  };
+  # Several teams, one operator: team-t's records name team-t/kix, the
+  # operator may only act as it (rbac.tenantsOnly), ConfigMaps the kinds.
+  tenantsVariant = {
+    tenants = (import ../../nix { }).mkTenants {
+      pkgs = hostTools;
+      platform.users = [ "system:serviceaccount:kix-system:kix-operator" ];
+      platform.groups = [ "system:masters" ];
+      clusters.team-t = {
+        groups = [ "team-t" ];
+        serviceAccount = {
+          namespace = "team-t";
+          name = "kix";
+        };
+      };
+    };
+    requireServiceAccount = true;
+    rbac.applyRules = [
+      {
+        apiGroups = [ "" ];
+        resources = [ "configmaps" ];
+        verbs = [
+          "get"
+          "list"
+          "watch"
+          "create"
+          "update"
+          "patch"
+          "delete"
+        ];
+      }
+    ];
+    # The kix of KIX_BIN_DIR as a package (a link; its digest makes a new
+    # binary a new package, so the policy is rendered again).
+    bootstrap.package = hostTools.runCommand "kix-of-kix-bin-dir" {
+      kixDigest = builtins.hashFile "sha256" "${kixBinDir}/kix";
+    } "mkdir -p $out/bin && ln -s ${kixBinDir}/kix $out/bin/kix";
   };
   # The module with the host tools' runCommand, so its Kix cluster builds
   # here for real.
