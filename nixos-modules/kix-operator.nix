@@ -234,7 +234,7 @@ let
           adoptions, destructive deletions), each named by the start of
           its line in the plan, by whole words: "migration web",
           "adopt ConfigMap apps/legacy". Anything else needing acceptance
-          refuses the declaration (the unit fails, nothing is written).
+          refuses the declaration: the unit fails, and the refusal is a Failed `engine: local` record the operator ignores.
         '';
         maxDeletions = option (types.nullOr types.ints.unsigned) null ''
           Deletions allowed beyond the Kix cluster's deletion budget
