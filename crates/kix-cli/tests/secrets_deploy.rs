@@ -392,6 +392,7 @@ fn start_operator(
     namespace: &str,
     key: Option<&Key>,
     log: &Path,
+    extra: &[&str],
 ) -> common::Operator {
     let metrics = std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
@@ -421,6 +422,7 @@ fn start_operator(
     if let Some(key) = key {
         cmd.arg("--age-identity").arg(&key.file);
     }
+    cmd.args(extra);
     common::Operator {
         child: cmd.spawn().expect("start kix-operator"),
         log: log.to_path_buf(),
@@ -463,6 +465,7 @@ async fn the_operator_decrypts_with_its_key_and_refuses_without_one() {
         &env.namespace,
         None,
         &log,
+        &[],
     );
     let mark = audit_mark(&cp_dir);
     let v1 = tree(
@@ -513,6 +516,7 @@ async fn the_operator_decrypts_with_its_key_and_refuses_without_one() {
         &env.namespace,
         Some(&key),
         &log,
+        &[],
     );
     let again = tree(
         &dir.join("v1b"),
@@ -554,6 +558,43 @@ async fn the_operator_decrypts_with_its_key_and_refuses_without_one() {
         "the Events",
         &serde_json::to_string(&events.items).expect("json"),
     );
+    drop(operator);
+
+    // The key in a Secret of the operator's namespace instead of a file.
+    let key_secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "kix-age"},
+        "stringData": {"keys.txt": std::fs::read_to_string(&key.file).expect("key")},
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(env.client.clone(), &env.namespace)
+        .create(&PostParams::default(), &key_secret)
+        .await
+        .expect("create the key's Secret");
+    let log = dir.join("operator-secret.log");
+    let operator = start_operator(
+        &operator_user,
+        dir,
+        &env.cluster,
+        &env.namespace,
+        None,
+        &log,
+        &["--age-identity-secret", "kix-age"],
+    );
+    let before = records(&env.client, &env.cluster).await.len();
+    let third = tree(
+        &dir.join("v1c"),
+        &env,
+        &encrypted_secret(dir, &password, &token, &[&key]),
+    );
+    let out = deploy_operator(&third);
+    assert_eq!(out.code, Some(0), "{out}");
+    let recs = records(&env.client, &env.cluster).await;
+    assert_eq!(recs.len(), before + 1);
+    assert_eq!(
+        recs.last().and_then(|r| r.phase()),
+        Some(kix_api::Phase::Active)
+    );
+    assert_none_in(&plain, "the operator's JSON log", &operator.log());
     drop(operator);
 
     for user in [&operator_user.user, &deployer.user] {

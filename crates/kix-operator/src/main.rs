@@ -94,6 +94,10 @@ struct Args {
     /// ~/.config/sops/age/keys.txt).
     #[arg(long = "age-identity", value_name = "FILE")]
     age_identities: Vec<PathBuf>,
+    /// A Secret in the operator's namespace (--lease-namespace) whose values
+    /// are age identity files, read at start, besides --age-identity's.
+    #[arg(long = "age-identity-secret", value_name = "NAME")]
+    age_identity_secret: Option<String>,
     /// Act as this ServiceAccount (NAMESPACE/NAME) for records that name
     /// none (`spec.serviceAccount`); default: the operator's own account.
     #[arg(long, value_name = "NS/NAME", value_parser = kix_api::ServiceAccountRef::parse)]
@@ -107,9 +111,10 @@ struct Args {
 /// The age identities every build the operator reads is decrypted with:
 /// `--age-identity`, else those sops would find. Without any, a build with
 /// encrypted Secrets is refused (Failed, naming the file), never half-applied.
-fn use_age_identities(files: &[PathBuf]) -> anyhow::Result<()> {
+async fn use_age_identities(args: &Args, client: &Client) -> anyhow::Result<()> {
     use kix_manifest::secrets::kix_sops::Identities;
-    let identities = if files.is_empty() {
+    let files = &args.age_identities;
+    let mut identities = if files.is_empty() && args.age_identity_secret.is_none() {
         Identities::from_env().context("the sops age identities of the environment")?
     } else {
         let mut all = Identities::default();
@@ -118,11 +123,36 @@ fn use_age_identities(files: &[PathBuf]) -> anyhow::Result<()> {
         }
         all
     };
+    if let Some(name) = &args.age_identity_secret {
+        identities.extend(identities_of_secret(client, &args.lease_namespace, name).await?);
+    }
     if !identities.is_empty() {
         info!(recipients = ?identities.recipients(), "age identities for encrypted Secrets");
         kix_manifest::secrets::use_age_identities(identities);
     }
     Ok(())
+}
+
+/// The age identities in the values of Secret `namespace/name` (each value
+/// an identity file). Errors name the Secret and key, never a line.
+async fn identities_of_secret(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<kix_manifest::secrets::kix_sops::Identities> {
+    use kix_manifest::secrets::kix_sops::{Identities, Layout};
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .with_context(|| format!("reading the age identities of Secret {namespace}/{name}"))?;
+    let mut all = Identities::default();
+    for (key, value) in secret.data.unwrap_or_default() {
+        let source = format!("Secret {namespace}/{name} key {key}");
+        let text = String::from_utf8(value.0)
+            .map_err(|_| anyhow::anyhow!("{source}: not an age identity file (not UTF-8)"))?;
+        all.extend(Identities::parse(&text, &source, Layout::OnePerLine)?);
+    }
+    Ok(all)
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -211,7 +241,6 @@ fn context(
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_logging(args.log_format);
-    use_age_identities(&args.age_identities)?;
     let identity = args.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/etc/hostname")
             .map(|h| h.trim().to_string())
@@ -220,6 +249,7 @@ async fn main() -> anyhow::Result<()> {
     });
     let config = config(&args, &identity).await?;
     let client = Client::try_from(config.clone())?;
+    use_age_identities(&args, &client).await?;
     let metrics = Arc::new(Metrics::default());
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
