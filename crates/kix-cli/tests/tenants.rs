@@ -463,10 +463,8 @@ fn tenant_rbac(namespace: &str, account: &str) -> String {
 fn tenant_tree(root: &Path, cluster: &str, namespace: &str, extra: Option<&str>) -> String {
     let mut files = vec![(
         "cm.yaml".to_string(),
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings}}\ndata: {{value: one}}\n"
-        )
-        .into_bytes(),
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {value: one}\n"
+            .to_vec(),
     )];
     if let Some(extra) = extra {
         files.push(("extra.yaml".to_string(), extra.as_bytes().to_vec()));
