@@ -560,6 +560,46 @@ async fn the_operator_decrypts_with_its_key_and_refuses_without_one() {
     );
     drop(operator);
 
+    // A wrong key: the record fails naming the file's recipients; no object
+    // is written.
+    let wrong = keygen(dir, "wrong");
+    let log = dir.join("operator-wrong.log");
+    let operator = start_operator(
+        &operator_user,
+        dir,
+        &env.cluster,
+        &env.namespace,
+        Some(&wrong),
+        &log,
+        &[],
+    );
+    let mark = audit_mark(&cp_dir);
+    let fourth = tree(
+        &dir.join("v1d"),
+        &env,
+        &encrypted_secret(dir, &password, &token, &[&key]),
+    );
+    let out = deploy_operator(&fourth);
+    assert_eq!(out.code, Some(1), "the operator fails the record: {out}");
+    let recs = records(&env.client, &env.cluster).await;
+    let last = serde_json::to_string(recs.last().expect("a record")).expect("json");
+    assert!(last.contains("among the file's recipients"), "{last}");
+    assert!(last.contains(&key.recipient), "{last}");
+    let object_writes: Vec<_> = operator_user
+        .requests_since(mark)
+        .await
+        .into_iter()
+        .filter(|r| {
+            r.is_write() && !matches!(r.resource.as_str(), "activations" | "events" | "leases")
+        })
+        .collect();
+    assert!(
+        object_writes.is_empty(),
+        "the operator wrote with a wrong key: {object_writes:?}"
+    );
+    assert_none_in(&plain, "the operator's JSON log", &operator.log());
+    drop(operator);
+
     // The key in a Secret of the operator's namespace instead of a file.
     let key_secret: Secret = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "kix-age"},
