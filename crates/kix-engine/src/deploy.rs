@@ -128,6 +128,9 @@ pub struct DeployOptions {
     /// dying midway leaves it applied, not a stale Applying record that the
     /// next deploy would mark Failed.
     pub upkeep: bool,
+    /// Labels and annotations on the record the deploy creates (a fleet
+    /// names its rollout there).
+    pub record_meta: records::RecordMeta,
 }
 
 impl DeployOptions {
@@ -174,6 +177,7 @@ impl Default for DeployOptions {
             replan: false,
             exact_digest: None,
             upkeep: false,
+            record_meta: records::RecordMeta::default(),
         }
     }
 }
@@ -593,7 +597,16 @@ async fn start_record(
                 .get(existing)
                 .await?
         }
-        None => records::create(client, sequence, spec, plan.kinds.clone()).await?,
+        None => {
+            records::create_with_meta(
+                client,
+                sequence,
+                spec,
+                plan.kinds.clone(),
+                &options.record_meta,
+            )
+            .await?
+        }
     };
     let name = record.name_any();
     emit(

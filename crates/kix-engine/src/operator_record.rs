@@ -4,8 +4,6 @@
 //! in-cluster operator to apply. One home, so every writer makes the same
 //! checks.
 
-use std::collections::BTreeMap;
-
 use kix_api::{Activation, ActivationSpec, Engine};
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
@@ -13,13 +11,7 @@ use kube::{Client, ResourceExt};
 use crate::error::{EngineError, Result};
 use crate::plan::Plan;
 
-/// Labels and annotations the writer puts on the record (a fleet's
-/// rollout, the NixOS host that declared it), beside kix's own labels.
-#[derive(Debug, Clone, Default)]
-pub struct RecordMeta {
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
-}
+pub use crate::records::RecordMeta;
 
 /// Creates the record `plan.activation` names. An Activation CRD older than
 /// this kix drops the receipt fields it does not know (a saved plan, the
@@ -35,10 +27,7 @@ pub async fn create(
     spec.engine = Engine::Operator;
     let sequence = Activation::sequence_in(&plan.activation, &plan.cluster).unwrap_or(1);
     let mut record = Activation::new_record(sequence, spec);
-    record.labels_mut().extend(meta.labels);
-    if !meta.annotations.is_empty() {
-        record.annotations_mut().extend(meta.annotations);
-    }
+    meta.apply_to(&mut record);
     let name = record.name_any();
     let failed = |e: kube::Error| EngineError::Records(format!("creating Activation {name}: {e}"));
     let api: Api<Activation> = Api::all(client.clone());

@@ -109,6 +109,29 @@ pub async fn install_crds(client: &Client) -> Result<()> {
     Ok(())
 }
 
+/// Labels and annotations a writer puts on the records it creates (a
+/// fleet's rollout, the NixOS host that declared it), beside kix's own
+/// labels, which they never replace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordMeta {
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub annotations: std::collections::BTreeMap<String, String>,
+}
+
+impl RecordMeta {
+    pub fn apply_to(&self, record: &mut Activation) {
+        for (key, value) in &self.labels {
+            record
+                .labels_mut()
+                .entry(key.clone())
+                .or_insert_with(|| value.clone());
+        }
+        if !self.annotations.is_empty() {
+            record.annotations_mut().extend(self.annotations.clone());
+        }
+    }
+}
+
 /// Creates the record `<cluster>-<sequence>` in phase Pending.
 pub async fn create(
     client: &Client,
@@ -116,8 +139,20 @@ pub async fn create(
     spec: ActivationSpec,
     kinds: Vec<String>,
 ) -> Result<Activation> {
+    create_with_meta(client, sequence, spec, kinds, &RecordMeta::default()).await
+}
+
+/// [`create`], with the writer's labels and annotations on the record.
+pub async fn create_with_meta(
+    client: &Client,
+    sequence: u64,
+    spec: ActivationSpec,
+    kinds: Vec<String>,
+    meta: &RecordMeta,
+) -> Result<Activation> {
     let api: Api<Activation> = Api::all(client.clone());
-    let record = Activation::new_record(sequence, spec);
+    let mut record = Activation::new_record(sequence, spec);
+    meta.apply_to(&mut record);
     let created = api
         .create(&PostParams::default(), &record)
         .await

@@ -5,10 +5,9 @@
 use std::time::{Duration, Instant};
 
 use kix_api::{Activation, Engine, Phase};
-use kix_engine::deploy::{DeployOptions, Event, OnError, ReceiptInfo};
+use kix_engine::deploy::{DeployOptions, OnError, ReceiptInfo};
 use kube::api::Api;
 use kube::{Client, ResourceExt};
-use tokio::sync::mpsc::unbounded_channel;
 
 use crate::plan::MemberPlan;
 use crate::records::RolloutLabels;
@@ -100,31 +99,16 @@ pub async fn apply_member(
     if member.operator {
         return apply_with_operator(member, client, &options, labels, wait).await;
     }
-    let (tx, mut rx) = unbounded_channel();
+    // The engine creates the record with the rollout's labels on it.
     let mut options = options;
-    options.events = Some(tx);
-    // The engine creates the record: the rollout's labels go on it as
-    // soon as it exists.
-    let labeller = {
-        let (client, labels) = (client.clone(), labels.clone());
-        tokio::spawn(async move {
-            while let Some(event) = rx.recv().await {
-                if let Event::Recorded { activation } = event
-                    && let Err(err) = labels.patch(&client, &activation).await
-                {
-                    tracing::warn!(%activation, "could not label the record with its fleet rollout: {err}");
-                }
-            }
-        })
-    };
+    options.record_meta = labels.record_meta();
     let plan = match member.plan() {
         Some(plan) => plan.clone(),
         None => return Err("not planned".into()),
     };
-    let outcome = kix_engine::deploy::deploy(client, &member.build, plan, &options).await;
-    drop(options);
-    let _ = labeller.await;
-    let outcome = outcome.map_err(|e| e.to_string())?;
+    let outcome = kix_engine::deploy::deploy(client, &member.build, plan, &options)
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(Applied {
         activation: outcome.activation,
         phase: outcome.phase,

@@ -5,8 +5,6 @@
 use std::collections::BTreeMap;
 
 use kix_api::Activation;
-use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
 use serde::Serialize;
 
 use crate::spec::{MemberName, RolloutId};
@@ -59,8 +57,8 @@ impl RolloutLabels {
         ])
     }
 
-    /// The labels and annotation of an operator member's record, set when
-    /// it is created.
+    /// The labels and annotation of a member's record, set when it is
+    /// created (by the engine, or as an operator member's record).
     pub fn record_meta(&self) -> kix_engine::operator_record::RecordMeta {
         kix_engine::operator_record::RecordMeta {
             labels: self.labels(),
@@ -69,20 +67,6 @@ impl RolloutLabels {
                 self.fleet_path.clone(),
             )]),
         }
-    }
-
-    /// Adds them to the record the engine has just created (local members).
-    pub async fn patch(&self, client: &Client, record: &str) -> Result<(), kube::Error> {
-        let patch = serde_json::json!({
-            "metadata": {
-                "labels": self.labels(),
-                "annotations": { ANNOTATION_FLEET_PATH: self.fleet_path },
-            }
-        });
-        Api::<Activation>::all(client.clone())
-            .patch(record, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map(|_| ())
     }
 }
 
