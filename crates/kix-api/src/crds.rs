@@ -11,9 +11,33 @@ const HEADER: &str = "\
 # Regenerate with: UPDATE_CRDS=1 cargo test -p kix-api
 ";
 
-/// Both CRDs, Activation first.
+/// Both CRDs, Activation first, each annotated with its digest
+/// ([`crate::ANNOTATION_DIGEST`], over the CRD without it): kix installs
+/// them so, compares an installed CRD by it, and `kix crds` prints it, so
+/// CRDs a platform applied with kubectl are not installed again by the
+/// first deploy (which a tenant's account may not do).
 pub fn crds() -> [CustomResourceDefinition; 2] {
-    [Activation::crd(), PackageInstance::crd()]
+    [Activation::crd(), PackageInstance::crd()].map(with_digest)
+}
+
+/// The digest `crd` carries, if any.
+pub fn crd_digest(crd: &CustomResourceDefinition) -> Option<&str> {
+    crd.metadata
+        .annotations
+        .as_ref()?
+        .get(crate::ANNOTATION_DIGEST)
+        .map(String::as_str)
+}
+
+fn with_digest(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    // The server adds defaults, so an installed spec is never compared
+    // directly: the digest of what kix generates is.
+    let digest = kix_manifest::canonical_digest(&serde_json::to_value(&crd).unwrap_or_default());
+    crd.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(crate::ANNOTATION_DIGEST.to_string(), digest);
+    crd
 }
 
 /// Both CRDs as one multi-document YAML stream (Activation first), preceded

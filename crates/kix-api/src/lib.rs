@@ -31,7 +31,7 @@ pub use activation::{
     truncate,
 };
 pub use admission::ServiceAccountRef;
-pub use crds::{crds, crds_yaml};
+pub use crds::{crd_digest, crds, crds_yaml};
 pub use labels::{
     ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, ANNOTATION_PRUNE, API_VERSION, CONDITION_READY,
     FINALIZER, GROUP, LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_OWNER, LABEL_PACKAGE,

@@ -186,11 +186,21 @@ fn wait_for_policy(cp: &PrivateControlPlane) {
     }
 }
 
-#[test]
-fn only_a_kix_clusters_declared_writers_write_its_records_and_none_moves_one() {
+#[tokio::test]
+async fn only_a_kix_clusters_declared_writers_write_its_records_and_none_moves_one() {
     let cp = PrivateControlPlane::start();
     let dir = tempfile::tempdir().expect("tempdir");
     install(&cp, dir.path());
+    // The CRDs `kix crds` prints carry the digest kix installs them with: a
+    // tenant's first deploy does not install them again (it may not).
+    let client = common::client_for(&cp.kubeconfig()).await;
+    assert_eq!(
+        kix_engine::records::crds_status(&client)
+            .await
+            .expect("reading the CRDs"),
+        kix_engine::records::CrdState::Current,
+        "the CRDs kix crds printed are current for kix"
+    );
     wait_for_policy(&cp);
 
     // A writer of team-a writes team-a's record, naming team-a's account.

@@ -67,7 +67,7 @@ pub async fn crds_status(client: &Client) -> Result<CrdState> {
         match api.get_opt(&name).await? {
             None => return Ok(CrdState::Missing),
             Some(live) => {
-                if live.annotations().get(kix_api::ANNOTATION_DIGEST) != Some(&crd_digest(&crd)) {
+                if kix_api::crd_digest(&live) != kix_api::crd_digest(&crd) {
                     state = CrdState::Outdated;
                 }
             }
@@ -78,21 +78,12 @@ pub async fn crds_status(client: &Client) -> Result<CrdState> {
 
 pub use crate::plan_value::CrdState;
 
-/// Digest of a CRD as this kix generates it: the server adds defaults, so
-/// the live spec is never compared directly.
-fn crd_digest(crd: &CustomResourceDefinition) -> String {
-    kix_manifest::canonical_digest(&serde_json::to_value(crd).unwrap_or_default())
-}
-
 /// Installs or upgrades kix's CRDs and waits until they are Established.
 pub async fn install_crds(client: &Client) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let params = PatchParams::apply(RECORDS_FIELD_MANAGER).force();
-    for mut crd in kix_api::crds() {
+    for crd in kix_api::crds() {
         let name = crd.name_any();
-        let digest = crd_digest(&crd);
-        crd.annotations_mut()
-            .insert(kix_api::ANNOTATION_DIGEST.to_string(), digest);
         api.patch(&name, &params, &Patch::Apply(&crd)).await?;
         let established = kube::runtime::wait::await_condition(
             api.clone(),
