@@ -831,3 +831,96 @@ async fn the_operator_acts_for_each_record_as_its_account() {
         .expect("kubectl");
     assert_eq!(b_value, "one", "tenant b's ConfigMap is untouched");
 }
+
+/// A prune the tenant's account may not perform is kept as a failed
+/// deletion on the record, named with the apiserver's words, and not
+/// retried in a loop by the operator.
+#[tokio::test]
+async fn a_prune_the_tenant_may_not_perform_is_a_named_failed_deletion_not_a_loop() {
+    let env = kix_testkit::TestEnv::new("tenant-prune")
+        .await
+        .expect("env");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rbac = dir.path().join("rbac.json");
+    std::fs::write(&rbac, tenant_rbac(&env.namespace, "kix")).expect("rbac");
+    env.kubectl(&["apply", "-f", rbac.to_str().expect("utf8")])
+        .expect("tenant RBAC");
+    let user = format!("system:serviceaccount:{}:kix", env.namespace);
+    let gcroots = dir.path().join("gcroots");
+    let _operator = common::Operator::start_with(
+        &kix_testkit::kubeconfig_path(),
+        &[&env.cluster],
+        "kube-system",
+        &kix_testkit::unique_name("lease"),
+        dir.path().join("operator.log"),
+        None,
+        &["--require-service-account"],
+    );
+    let extra = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: dropped}\ndata: {value: x}\n";
+    let v1 = tenant_tree(
+        &dir.path().join("v1"),
+        &env.cluster,
+        &env.namespace,
+        Some(extra),
+    );
+    let run = deploy_operator(&gcroots, &env.cluster, &v1);
+    assert_eq!(run.code, Some(0), "first deploy: {run}");
+
+    // The platform takes the right to delete ConfigMaps away.
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "kix-tenant", "namespace": env.namespace},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                   "verbs": ["get", "list", "watch", "create", "update", "patch"]}]});
+    let file = dir.path().join("role.json");
+    std::fs::write(&file, role.to_string()).expect("role");
+    env.kubectl(&["apply", "-f", file.to_str().expect("utf8")])
+        .expect("narrowing the tenant's Role");
+
+    let v2 = tenant_tree(&dir.path().join("v2"), &env.cluster, &env.namespace, None);
+    let mark = common::audit_mark(&kix_testkit::control_plane_dir());
+    let run = deploy_operator(&gcroots, &env.cluster, &v2);
+    assert_eq!(
+        run.code,
+        Some(1),
+        "a deploy whose prune failed is Degraded: {run}"
+    );
+    let record = common::records(&env.client, &env.cluster)
+        .await
+        .pop()
+        .expect("the record");
+    let status = record.status.clone().unwrap_or_default();
+    assert_eq!(record.phase(), Some(kix_api::Phase::Degraded), "{status:?}");
+    let failed: Vec<String> = status
+        .failed_deletions
+        .iter()
+        .map(|f| format!("{} {}: {}", f.object.kind, f.object.name, f.reason))
+        .collect();
+    assert!(
+        failed.len() == 1
+            && failed[0].starts_with("ConfigMap dropped")
+            && failed[0].contains("cannot delete"),
+        "the failed deletion is named with the apiserver's words: {failed:?}"
+    );
+    // Over the operator's resync (10 s in tests): at most one more try.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let tries = writes_as(mark, &user)
+        .into_iter()
+        .filter(|(w, _)| w == "delete configmaps/dropped")
+        .count();
+    assert!(
+        (1..=3).contains(&tries),
+        "deletions tried in 12 s after the first: {tries} (no hot loop)"
+    );
+    let still = env
+        .kubectl(&[
+            "get",
+            "configmap",
+            "dropped",
+            "-n",
+            &env.namespace,
+            "-o",
+            "name",
+        ])
+        .expect("the ConfigMap is still there");
+    assert!(still.contains("dropped"), "{still}");
+}
