@@ -350,7 +350,6 @@ const PURE_MAY_NAME: &[&str] = &["desired"];
 const LONG_FUNCTIONS_LEFT: &[&str] = &[
     "kix-engine/src/status.rs status",
     "kix-manifest/src/tree.rs read_tree",
-    "kix-operator/src/controller.rs apply",
 ];
 
 /// A command file's imports of a sibling, still there (issue 34 moves what

@@ -279,12 +279,7 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
 
     // Only the newest operator record of a cluster is acted on.
     let all = kix_engine::records::list_all(&ctx.client).await?;
-    let newer = kix_engine::records::of_cluster(&all, &cluster)
-        .into_iter()
-        .any(|r| {
-            r.is_operator() && r.sequence() > record.sequence() && r.phase() != Some(Phase::Failed)
-        });
-    if newer {
+    if newer_record(&all, &cluster, &record) {
         if matches!(phase, Phase::Pending | Phase::Applying) {
             let msg = "a newer activation took over".to_string();
             kix_engine::records::set_phase(&ctx.client, &record, Phase::Superseded, Some(msg))
@@ -295,63 +290,10 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     if phase == Phase::Superseded || (phase == Phase::Failed && !spec_changed) {
         return Ok(Action::await_change());
     }
-    // The store path: syntax first, then nix-store (valid, or realised from
-    // the configured substituters). Nothing outside it is read or run.
-    let path = match StorePath::parse(&record.spec.source.path) {
-        Ok(path) => path,
-        Err(err) => return fail(ctx, &record, format!("invalid store path: {err}")).await,
+    let (path, build) = match read_build(ctx, &record, &cluster).await {
+        Ok(read) => read,
+        Err(message) => return fail(ctx, &record, message).await,
     };
-    let checked = path.clone();
-    match tokio::task::spawn_blocking(move || kix_nix::ensure_valid(&checked)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => {
-            return fail(
-                ctx,
-                &record,
-                format!("store path {path} is not available: {err}"),
-            )
-            .await;
-        }
-        Err(err) => return fail(ctx, &record, format!("checking {path}: {err}")).await,
-    }
-    let build = match kix_manifest::read_tree(path.as_path(), &kix_manifest::ReadOptions::default())
-    {
-        Ok(build) if build.cluster == cluster => build,
-        Ok(build) => {
-            return fail(
-                ctx,
-                &record,
-                format!(
-                    "{path} is a build of Kix cluster {:?}, not {cluster:?}",
-                    build.cluster
-                ),
-            )
-            .await;
-        }
-        Err(err) => return fail(ctx, &record, format!("reading {path}: {err}")).await,
-    };
-    // Encrypted Secrets this operator has no key for: nothing is applied
-    // (the build would prune them), and the record says which file.
-    if let Some(secret) = build.secrets.first().filter(|_| !build.secrets_decrypted) {
-        let err = kix_manifest::TreeError::Secret {
-            file: secret.file.clone(),
-            reason: kix_manifest::secrets::kix_sops::Reason::NoIdentities,
-        };
-        return fail(ctx, &record, format!("reading {path}: {err}")).await;
-    }
-    let violations = ctx.allow.violations(&build);
-    if !violations.is_empty() {
-        let shown: Vec<&str> = violations.iter().take(10).map(String::as_str).collect();
-        return fail(
-            ctx,
-            &record,
-            format!(
-                "the build is outside this operator's allow-list: {}",
-                shown.join("; ")
-            ),
-        )
-        .await;
-    }
     // Every request for the record from here on acts as its account.
     let acting = match ctx.tenants.for_record(&record).and_then(|acting| {
         crate::tenant::check_build(&build, acting.account.as_ref()).map(|()| acting)
@@ -360,67 +302,20 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         Err(reason) => return fail(ctx, &record, reason).await,
     };
     let client = &acting.client;
-    if let Ok(mut kinds) = ctx.kinds.lock() {
-        for object in build.objects() {
-            kinds.insert(format!("{}/{}", object.api_version, object.key.kind));
-        }
-    }
+    watch_kinds(ctx, &build);
 
     let fresh = matches!(phase, Phase::Pending | Phase::Applying | Phase::Failed) || spec_changed;
     // Upkeep: what the watches saw change, each object read by name; the
     // resync reads everything.
-    let only = scope(ctx, &record, fresh);
-    let plan_options = PlanOptions {
-        reconcile: !fresh,
-        force_conflicts: true,
-        // Other Kix clusters' fields are theirs: a conflict with one fails
-        // the deploy, naming both clusters, instead of flipping the field.
-        yield_to_kix_clusters: true,
-        prune: true,
-        activation: Some(name.clone()),
-        only,
-    };
-    let mut plan = kix_engine::plan::plan(client, &build, path.as_str(), &plan_options).await?;
-    if plan_options.only.is_some() && !kix_engine::prune::deleting_in(&plan).is_empty() {
-        // An object waits on finalizers: the record lists them all.
-        let whole = PlanOptions {
-            only: None,
-            ..plan_options
-        };
-        plan = kix_engine::plan::plan(client, &build, path.as_str(), &whole).await?;
-    }
-    // What the user confirmed is what happens: a destructive action the
-    // record does not accept changes nothing.
-    if fresh && let Err(unconfirmed) = gates::confirmed(&record.spec.receipt.accepted, &plan) {
-        return fail(ctx, &record, unconfirmed.to_string()).await;
-    }
+    let mut plan = operator_plan(ctx, &record, client, &build, &path, fresh).await?;
+    let receipt = &record.spec.receipt;
     // A saved plan runs only as saved: checked now and again under the
     // Lease. A resumed apply (Applying) was checked when it began.
-    let receipt = &record.spec.receipt;
     let exact =
         (receipt.saved_plan && phase == Phase::Pending).then(|| receipt.plan_digest.clone());
-    if let Some(saved) = &exact
-        && let Err(moved) =
-            gates::saved_plan(saved, &plan, || counts_moved(&receipt.counts, &plan.counts))
-    {
-        return fail(ctx, &record, moved.to_string()).await;
-    }
-    // A stored CRD version the build removes: the apiserver would refuse it
-    // midway through the apply; the record fails before any change.
-    if fresh && let Err(Refusal::CrdStoredVersions(refused)) = gates::crd_stored_versions(&plan) {
-        let why = kix_engine::deploy::joined(&refused);
-        return fail(ctx, &record, format!("nothing was changed: {why}")).await;
-    }
-    let deletions = DeletionConsent::from_receipt(record.spec.receipt.accepted_deletions);
-    if let Err(Refusal::DeletionBudget(check)) =
-        gates::deletion_budget(&plan.deletion_budget, deletions)
-    {
-        if fresh {
-            let why = check.explain();
-            return fail(ctx, &record, format!("nothing was changed: the plan {why}")).await;
-        }
-        crate::guard::hold_for_budget(ctx, &record, &plan).await?;
-        return Ok(Action::requeue(ctx.resync));
+    let deletions = DeletionConsent::from_receipt(receipt.accepted_deletions);
+    if let Some(stop) = ask_gates(ctx, &record, &plan, exact.as_deref(), fresh).await? {
+        return Ok(stop);
     }
     // Only a record that passed its checks becomes the one owned objects'
     // changes are routed to: a failed new build leaves the applied record
@@ -430,15 +325,7 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         .map(|mut m| m.insert(cluster.clone(), name.clone()))
         .ok();
     // The record that was applied: current again if this new build fails.
-    let applied = kix_engine::records::of_cluster(&all, &cluster)
-        .into_iter()
-        .rev()
-        .find(|r| {
-            r.is_operator()
-                && r.sequence() < record.sequence()
-                && matches!(r.phase(), Some(Phase::Active | Phase::Degraded))
-        })
-        .map(ResourceExt::name_any);
+    let applied = applied_before(&all, &cluster, &record);
     let crds_refused = if fresh {
         None
     } else {
@@ -453,45 +340,10 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     }
     let drifted =
         plan.counts.create + plan.counts.update + plan.counts.delete + plan.counts.replace;
-    let options = DeployOptions {
-        engine: kix_api::Engine::Operator,
-        accept_migrations: true,
-        deletions,
-        force_conflicts: true,
-        yield_to_kix_clusters: true,
-        allow_empty: true,
-        // A new build that cannot be applied fails (the applied record stays
-        // current); an unhealthy one is applied and ends Degraded. Drift
-        // correction of the applied record goes on past a refused object.
-        on_error: if fresh {
-            OnError::ContinueUnhealthy
-        } else {
-            OnError::Continue
-        },
-        exact_digest: exact,
-        upkeep: !fresh,
-        record: Some(name.clone()),
-        holder: ctx.holder.clone(),
-        lease: kix_engine::lease::LeaseOptions {
-            namespace: ctx.lease_namespace.clone(),
-            ..Default::default()
-        },
-        receipt: ReceiptInfo {
-            user: "kix-operator".into(),
-            host: ctx.holder.clone(),
-            ..Default::default()
-        },
-        ..DeployOptions::default()
-    };
+    let options = deploy_options(ctx, &name, fresh, deletions, exact);
     if fresh {
-        event(
-            ctx,
-            &record,
-            EventType::Normal,
-            "Applying",
-            format!("applying {path}"),
-        )
-        .await;
+        let applying = format!("applying {path}");
+        event(ctx, &record, EventType::Normal, "Applying", applying).await;
     }
     let outcome = match kix_engine::deploy::deploy(client, &build, plan, &options).await {
         Ok(outcome) => outcome,
@@ -526,6 +378,242 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     if fresh && outcome.phase == Phase::Failed {
         restore_current(ctx, &cluster, applied.as_deref());
     }
+    let settled = Settled {
+        fresh,
+        drifted,
+        crds_refused: crds_refused.as_deref(),
+    };
+    record_outcome(ctx, &record, &outcome, &settled).await
+}
+
+/// The build's kinds, for the watches on owned objects.
+fn watch_kinds(ctx: &Context, build: &kix_manifest::Build) {
+    if let Ok(mut kinds) = ctx.kinds.lock() {
+        for object in build.objects() {
+            kinds.insert(
+                kix_manifest::GroupVersionKind::new(&object.api_version, &object.key.kind)
+                    .to_string(),
+            );
+        }
+    }
+}
+
+/// Whether a newer operator record of the cluster (not Failed) exists:
+/// only the newest is acted on.
+fn newer_record(all: &[Activation], cluster: &str, record: &Activation) -> bool {
+    kix_engine::records::of_cluster(all, cluster)
+        .into_iter()
+        .any(|r| {
+            r.is_operator() && r.sequence() > record.sequence() && r.phase() != Some(Phase::Failed)
+        })
+}
+
+/// The operator record applied before `record` (Active or Degraded):
+/// current again if `record`'s new build fails.
+fn applied_before(all: &[Activation], cluster: &str, record: &Activation) -> Option<String> {
+    kix_engine::records::of_cluster(all, cluster)
+        .into_iter()
+        .rev()
+        .find(|r| {
+            r.is_operator()
+                && r.sequence() < record.sequence()
+                && matches!(r.phase(), Some(Phase::Active | Phase::Degraded))
+        })
+        .map(ResourceExt::name_any)
+}
+
+/// The gates the record's plan passes before any change: what the user
+/// confirmed, a saved plan's digest, stored CRD versions, the deletion
+/// budget. Some: the record failed (a fresh build) or is held (upkeep over
+/// the budget), with what the reconcile returns.
+async fn ask_gates(
+    ctx: &Context,
+    record: &Activation,
+    plan: &kix_engine::plan::Plan,
+    exact: Option<&str>,
+    fresh: bool,
+) -> Result<Option<Action>, ReconcileError> {
+    let receipt = &record.spec.receipt;
+    // What the user confirmed is what happens: a destructive action the
+    // record does not accept changes nothing.
+    if fresh && let Err(unconfirmed) = gates::confirmed(&receipt.accepted, plan) {
+        return fail(ctx, record, unconfirmed.to_string()).await.map(Some);
+    }
+    if let Some(saved) = exact
+        && let Err(moved) =
+            gates::saved_plan(saved, plan, || counts_moved(&receipt.counts, &plan.counts))
+    {
+        return fail(ctx, record, moved.to_string()).await.map(Some);
+    }
+    // A stored CRD version the build removes: the apiserver would refuse it
+    // midway through the apply; the record fails before any change.
+    if fresh && let Err(Refusal::CrdStoredVersions(refused)) = gates::crd_stored_versions(plan) {
+        let why = kix_engine::deploy::joined(&refused);
+        return fail(ctx, record, format!("nothing was changed: {why}"))
+            .await
+            .map(Some);
+    }
+    let deletions = DeletionConsent::from_receipt(receipt.accepted_deletions);
+    if let Err(Refusal::DeletionBudget(check)) =
+        gates::deletion_budget(&plan.deletion_budget, deletions)
+    {
+        if fresh {
+            let why = check.explain();
+            return fail(ctx, record, format!("nothing was changed: the plan {why}"))
+                .await
+                .map(Some);
+        }
+        crate::guard::hold_for_budget(ctx, record, plan).await?;
+        return Ok(Some(Action::requeue(ctx.resync)));
+    }
+    Ok(None)
+}
+
+/// The record's build: its store path checked (syntax, then nix-store:
+/// valid or realised from the configured substituters; nothing outside it
+/// is read or run), read, of the record's Kix cluster, its encrypted
+/// Secrets decrypted, inside the allow-list. Err: why the record fails.
+async fn read_build(
+    ctx: &Context,
+    record: &Activation,
+    cluster: &str,
+) -> Result<(StorePath, kix_manifest::Build), String> {
+    let path = match StorePath::parse(&record.spec.source.path) {
+        Ok(path) => path,
+        Err(err) => return Err(format!("invalid store path: {err}")),
+    };
+    let checked = path.clone();
+    match tokio::task::spawn_blocking(move || kix_nix::ensure_valid(&checked)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            return Err(format!("store path {path} is not available: {err}"));
+        }
+        Err(err) => return Err(format!("checking {path}: {err}")),
+    }
+    let build = match kix_manifest::read_tree(path.as_path(), &kix_manifest::ReadOptions::default())
+    {
+        Ok(build) if build.cluster == cluster => build,
+        Ok(build) => {
+            return Err(format!(
+                "{path} is a build of Kix cluster {:?}, not {cluster:?}",
+                build.cluster
+            ));
+        }
+        Err(err) => return Err(format!("reading {path}: {err}")),
+    };
+    // Encrypted Secrets this operator has no key for: nothing is applied
+    // (the build would prune them), and the record says which file.
+    if let Some(secret) = build.secrets.first().filter(|_| !build.secrets_decrypted) {
+        let err = kix_manifest::TreeError::Secret {
+            file: secret.file.clone(),
+            reason: kix_manifest::secrets::kix_sops::Reason::NoIdentities,
+        };
+        return Err(format!("reading {path}: {err}"));
+    }
+    let violations = ctx.allow.violations(&build);
+    if !violations.is_empty() {
+        let shown: Vec<&str> = violations.iter().take(10).map(String::as_str).collect();
+        return Err(format!(
+            "the build is outside this operator's allow-list: {}",
+            shown.join("; ")
+        ));
+    }
+    Ok((path, build))
+}
+
+/// The operator's plan of `build` for `record`: what the watches saw
+/// change (upkeep) or everything (a fresh build, the resync); planned again
+/// whole when an object waits on finalizers, so the record lists them all.
+async fn operator_plan(
+    ctx: &Context,
+    record: &Activation,
+    client: &kube::Client,
+    build: &kix_manifest::Build,
+    path: &StorePath,
+    fresh: bool,
+) -> Result<kix_engine::plan::Plan, kix_engine::EngineError> {
+    let name = record.name_any();
+    let only = scope(ctx, record, fresh);
+    let plan_options = PlanOptions {
+        reconcile: !fresh,
+        force_conflicts: true,
+        // Other Kix clusters' fields are theirs: a conflict with one fails
+        // the deploy, naming both clusters, instead of flipping the field.
+        yield_to_kix_clusters: true,
+        prune: true,
+        activation: Some(name.clone()),
+        only,
+    };
+    let mut plan = kix_engine::plan::plan(client, build, path.as_str(), &plan_options).await?;
+    if plan_options.only.is_some() && !kix_engine::prune::deleting_in(&plan).is_empty() {
+        // An object waits on finalizers: the record lists them all.
+        let whole = PlanOptions {
+            only: None,
+            ..plan_options
+        };
+        plan = kix_engine::plan::plan(client, build, path.as_str(), &whole).await?;
+    }
+    Ok(plan)
+}
+
+/// What the engine runs the record's deploy with: the operator's settings,
+/// the record's consents.
+fn deploy_options(
+    ctx: &Context,
+    name: &str,
+    fresh: bool,
+    deletions: DeletionConsent,
+    exact: Option<String>,
+) -> DeployOptions {
+    DeployOptions {
+        engine: kix_api::Engine::Operator,
+        accept_migrations: true,
+        deletions,
+        force_conflicts: true,
+        yield_to_kix_clusters: true,
+        allow_empty: true,
+        // A new build that cannot be applied fails (the applied record stays
+        // current); an unhealthy one is applied and ends Degraded. Drift
+        // correction of the applied record goes on past a refused object.
+        on_error: if fresh {
+            OnError::ContinueUnhealthy
+        } else {
+            OnError::Continue
+        },
+        exact_digest: exact,
+        upkeep: !fresh,
+        record: Some(name.to_string()),
+        holder: ctx.holder.clone(),
+        lease: kix_engine::lease::LeaseOptions {
+            namespace: ctx.lease_namespace.clone(),
+            ..Default::default()
+        },
+        receipt: ReceiptInfo {
+            user: "kix-operator".into(),
+            host: ctx.holder.clone(),
+            ..Default::default()
+        },
+        ..DeployOptions::default()
+    }
+}
+
+/// How a run of the engine ended for the record: its fresh build or its
+/// upkeep, the objects that had drifted, the CRD upgrades held.
+struct Settled<'a> {
+    fresh: bool,
+    drifted: u32,
+    crds_refused: Option<&'a str>,
+}
+
+/// Writes what the deploy did on the record (observed generation,
+/// conditions, drift counts, objects being deleted) and its Event.
+async fn record_outcome(
+    ctx: &Context,
+    record: &Activation,
+    outcome: &kix_engine::deploy::DeployOutcome,
+    settled: &Settled<'_>,
+) -> Result<Action, ReconcileError> {
+    let (name, fresh, drifted) = (record.name_any(), settled.fresh, settled.drifted);
     let api: Api<Activation> = Api::all(ctx.client.clone());
     let latest = api.get(&name).await.map_err(kix_engine::EngineError::Api)?;
     let mut status = latest.status.clone().unwrap_or_default();
@@ -534,7 +622,7 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     crate::guard::set_condition(
         &mut status,
         crate::guard::CONDITION_CRD_UPGRADE_REFUSED,
-        crds_refused.as_deref(),
+        settled.crds_refused,
     );
     crate::guard::set_condition(
         &mut status,
@@ -558,14 +646,14 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         .map(|s| s.deleting.clone())
         .unwrap_or_default();
     kix_engine::records::set_status_if_changed(&ctx.client, &latest, &status).await?;
-    crate::guard::report_deleting(ctx, &record, &before, &status.deleting).await;
+    crate::guard::report_deleting(ctx, record, &before, &status.deleting).await;
     let (type_, reason) = match outcome.phase {
         Phase::Active if fresh => (EventType::Normal, "Active"),
         Phase::Active if corrected > 0 => (EventType::Normal, "DriftCorrected"),
         Phase::Active => return Ok(Action::requeue(ctx.resync)),
         _ => (EventType::Warning, outcome.phase.as_str()),
     };
-    event(ctx, &record, type_, reason, outcome.message.clone()).await;
+    event(ctx, record, type_, reason, outcome.message.clone()).await;
     Ok(Action::requeue(ctx.resync))
 }
 
