@@ -274,45 +274,15 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             })
             .collect();
 
-    let mut build_state = BuildState::None;
-    let mut rules = Rules::builtin();
-    let mut build_packages: Vec<(String, String)> = Vec::new();
-    let mut desired: Vec<Desired> = Vec::new();
-    if let Some(current) = current {
-        let path = &current.spec.source.path;
-        match kix_manifest::read_tree(
-            std::path::Path::new(path),
-            &kix_manifest::ReadOptions::default(),
-        )
-        .map_err(EngineError::from)
-        {
-            Ok(build) => match desired_objects(&build, &mut resources, Shapes::Made).await {
-                Ok(d) => {
-                    desired = d;
-                    // The reader compiled them: they compile.
-                    rules = build.health_rules().unwrap_or_default();
-                    build_packages = build
-                        .packages
-                        .iter()
-                        .map(|p| (p.name.clone(), p.version.clone()))
-                        .collect();
-                    build_state = BuildState::Read;
-                    // Freed meanwhile: ~0.1 s at 50,000 objects.
-                    crate::drop_later(build);
-                }
-                Err(err) => {
-                    build_state = BuildState::Unreadable {
-                        reason: err.to_string(),
-                    };
-                }
-            },
-            Err(err) => {
-                build_state = BuildState::Unreadable {
-                    reason: format!("{path}: {err}"),
-                };
-            }
-        }
-    }
+    let CurrentBuild {
+        state: build_state,
+        rules,
+        packages: build_packages,
+        desired,
+    } = match current {
+        Some(current) => read_current_build(current, &mut resources).await,
+        None => CurrentBuild::none(),
+    };
 
     // And the build's kinds; a kind the build reads through another
     // version than the records is listed through the build's.
@@ -364,6 +334,120 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
     let judged = judged_whole(client, judged, &judge).await?;
     let mine_live: KeyMap<&ObjectKey, &Judged> = judged.iter().map(|l| (&l.key, l)).collect();
 
+    let packages = by_package(
+        &desired,
+        &mine_live,
+        &completed_jobs,
+        &build_packages,
+        matches!(build_state, BuildState::Read),
+    );
+    let mut counts = HealthCounts::default();
+    for p in &packages {
+        for o in &p.objects {
+            counts.add(o.health);
+        }
+    }
+    let package_instances = package_instances
+        .await?
+        .iter()
+        .map(InstanceSummary::of)
+        .collect();
+    drop(mine_live);
+    crate::drop_later((judged, desired));
+    Ok(Status {
+        cluster: cluster.to_string(),
+        current: current.map(|c| RecordSummary::new(c, true)),
+        latest,
+        build: build_state,
+        counts,
+        packages,
+        package_instances,
+    })
+}
+
+impl InstanceSummary {
+    fn of(p: &kix_api::PackageInstance) -> InstanceSummary {
+        InstanceSummary {
+            name: p.name_any(),
+            package: p.spec.package.clone(),
+            version: p.spec.version.clone(),
+            activation: p.spec.activation.clone(),
+            phase: p.status.as_ref().and_then(|s| s.phase),
+            health: p.status.as_ref().and_then(|s| s.health.clone()),
+        }
+    }
+}
+
+/// The current record's build as status reads it: whether it could be
+/// read, its health rules, its packages and desired objects.
+struct CurrentBuild {
+    state: BuildState,
+    rules: Rules,
+    /// (name, version) of each package.
+    packages: Vec<(String, String)>,
+    desired: Vec<Desired>,
+}
+
+impl CurrentBuild {
+    fn none() -> CurrentBuild {
+        CurrentBuild {
+            state: BuildState::None,
+            rules: Rules::builtin(),
+            packages: Vec::new(),
+            desired: Vec::new(),
+        }
+    }
+}
+
+/// Reads the build of `current`; a build that cannot be read says why.
+async fn read_current_build(current: &Activation, resources: &mut Resources) -> CurrentBuild {
+    let mut read = CurrentBuild::none();
+    let path = &current.spec.source.path;
+    match kix_manifest::read_tree(
+        std::path::Path::new(path),
+        &kix_manifest::ReadOptions::default(),
+    )
+    .map_err(EngineError::from)
+    {
+        Ok(build) => match desired_objects(&build, resources, Shapes::Made).await {
+            Ok(d) => {
+                read.desired = d;
+                // The reader compiled them: they compile.
+                read.rules = build.health_rules().unwrap_or_default();
+                read.packages = build
+                    .packages
+                    .iter()
+                    .map(|p| (p.name.clone(), p.version.clone()))
+                    .collect();
+                read.state = BuildState::Read;
+                // Freed meanwhile: ~0.1 s at 50,000 objects.
+                crate::drop_later(build);
+            }
+            Err(err) => {
+                read.state = BuildState::Unreadable {
+                    reason: err.to_string(),
+                };
+            }
+        },
+        Err(err) => {
+            read.state = BuildState::Unreadable {
+                reason: format!("{path}: {err}"),
+            };
+        }
+    }
+    read
+}
+
+/// The objects by package: the build's (Missing when not live; a finished
+/// Job removed after it ran is Ready), then the live ones the build lacks
+/// (`extra` when the build was read).
+fn by_package(
+    desired: &[Desired],
+    mine_live: &KeyMap<&ObjectKey, &Judged>,
+    completed_jobs: &crate::health::completed::CompletedJobs,
+    build_packages: &[(String, String)],
+    have_build: bool,
+) -> Vec<PackageStatus> {
     let mut packages: Vec<PackageStatus> = build_packages
         .iter()
         .map(|(name, version)| PackageStatus {
@@ -390,7 +474,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
         packages[index].objects.push(status);
     };
     let mut in_build = KeySet::default();
-    for d in &desired {
+    for d in desired {
         in_build.insert(&d.key);
         let object = ObjectRef::new(
             d.api_version.clone(),
@@ -400,7 +484,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
         );
         let verdict = match mine_live.get(&d.key) {
             // Removed after it finished (its TTL): it ran for this build.
-            None if crate::health::completed::holds(&completed_jobs, &d.key, &d.digest) => {
+            None if crate::health::completed::holds(completed_jobs, &d.key, &d.digest) => {
                 Verdict::of(
                     HealthState::Ready,
                     Some("completed; removed after it finished".into()),
@@ -426,7 +510,6 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
         .filter(|l| !in_build.contains(&l.key))
         .collect();
     extras.sort_by(|a, b| a.package.cmp(&b.package).then_with(|| a.key.cmp(&b.key)));
-    let have_build = matches!(build_state, BuildState::Read);
     for l in extras {
         let Verdict {
             state,
@@ -450,35 +533,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
             },
         );
     }
-    let mut counts = HealthCounts::default();
-    for p in &packages {
-        for o in &p.objects {
-            counts.add(o.health);
-        }
-    }
-    let package_instances = package_instances
-        .await?
-        .into_iter()
-        .map(|p| InstanceSummary {
-            name: p.name_any(),
-            package: p.spec.package.clone(),
-            version: p.spec.version.clone(),
-            activation: p.spec.activation.clone(),
-            phase: p.status.as_ref().and_then(|s| s.phase),
-            health: p.status.as_ref().and_then(|s| s.health.clone()),
-        })
-        .collect();
-    drop(mine_live);
-    crate::drop_later((judged, desired));
-    Ok(Status {
-        cluster: cluster.to_string(),
-        current: current.map(|c| RecordSummary::new(c, true)),
-        latest,
-        build: build_state,
-        counts,
-        packages,
-        package_instances,
-    })
+    packages
 }
 
 /// Drifted before anything else: a drifted object's health says little
