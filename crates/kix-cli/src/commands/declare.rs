@@ -24,7 +24,7 @@ use kix_manifest::StorePath;
 use kube::ResourceExt;
 
 use super::GlobalArgs;
-use super::operator;
+use super::operator::{self, other_host_warning};
 use crate::source::SourceArgs;
 
 #[derive(Debug, Args)]
@@ -111,56 +111,6 @@ pub fn unaccepted<'a>(needed: &'a [String], accepted: &[String]) -> Vec<&'a str>
 fn names(entry: &str, line: &str) -> bool {
     let entry: Vec<&str> = entry.split_whitespace().collect();
     !entry.is_empty() && line.split_whitespace().take(entry.len()).eq(entry)
-}
-
-/// The host that declared `record`, if a host did.
-pub fn declared_by(record: &Activation) -> Option<&str> {
-    record
-        .annotations()
-        .get(ANNOTATION_DECLARED_BY)
-        .map(String::as_str)
-}
-
-/// For `kix deploy` and `kix rollback`: a warning when the record that is
-/// current was declared by a NixOS host, whose next activation re-declares
-/// its build over this one.
-pub fn host_declared_warning(current: &Activation) -> Option<String> {
-    declared_by(current).map(|host| {
-        format!(
-            "warning: Kix cluster {:?} is declared by NixOS host {host} ({} names {}): this change stays until the host's next activation of a generation (switch, boot, or a restart of its kix-declare unit) declares the host's build again; change services.kix-operator.clusters.{} on {host} to make it last",
-            current.cluster_name(),
-            current.name_any(),
-            current.spec.source.path,
-            current.cluster_name(),
-        )
-    })
-}
-
-/// For `kix declare`: a warning when another NixOS host declared the
-/// current record: each host's activations replace the other's build.
-pub fn other_host_warning(current: &Activation, host: &str) -> Option<String> {
-    declared_by(current)
-        .filter(|other| *other != host)
-        .map(|other| {
-            format!(
-                "warning: Kix cluster {:?} is declared by NixOS host {other} too ({} names {}): each host's activations replace the other's build; declare it on one host",
-                current.cluster_name(),
-                current.name_any(),
-                current.spec.source.path,
-            )
-        })
-}
-
-/// Prints [`host_declared_warning`] for the record named `current`, if any
-/// (a failed read is no reason to stop a deploy: it is only a warning).
-pub async fn warn_if_host_declared(client: &kube::Client, current: Option<&str>) {
-    let Some(name) = current else { return };
-    let api: kube::Api<Activation> = kube::Api::all(client.clone());
-    if let Ok(Some(record)) = api.get_opt(name).await
-        && let Some(warning) = host_declared_warning(&record)
-    {
-        eprintln!("{warning}");
-    }
 }
 
 pub async fn exec(args: DeclareArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
@@ -365,6 +315,7 @@ async fn settle(client: &kube::Client, name: &str, wait: Duration) -> anyhow::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::commands::operator::host_declared_warning;
 
     fn record(cluster: &str, n: u64, path: &str, phase: Phase) -> Activation {
         serde_json::from_value(serde_json::json!({

@@ -73,9 +73,7 @@ pub enum PruneModeArg {
     Orphan,
 }
 
-// Kept at their old paths for the fleet commands, which name them so.
-pub use crate::args::{ConfirmArgs, confirm};
-pub use kix_engine::duration::parse as parse_duration;
+use crate::args::{ConfirmArgs, confirm};
 
 pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
     let saved = match &args.plan {
@@ -99,7 +97,7 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
         refuse_moved(saved, file, &plan)?;
     }
     print_plan(&plan, args.output, false)?;
-    super::declare::warn_if_host_declared(&client, plan.current_activation.as_deref()).await;
+    super::operator::warn_if_host_declared(&client, plan.current_activation.as_deref()).await;
     if args.dry_run {
         return Ok(ExitCode::SUCCESS);
     }

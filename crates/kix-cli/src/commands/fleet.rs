@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use kix_fleet::run::RunOptions;
 
-use super::deploy::{ConfirmArgs, parse_duration};
 use super::{GlobalArgs, OutputFormat};
+use crate::args::ConfirmArgs;
 
 #[derive(Debug, Args)]
 pub struct FleetArgs {
@@ -140,7 +140,7 @@ pub struct FleetRunArgs {
     pub confirm: FleetConfirmArgs,
     /// How long a local member's deploy waits for its objects to become
     /// healthy (e.g. 90s, 5m).
-    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    #[arg(long, value_parser = kix_engine::duration::parse, default_value = "5m")]
     pub timeout: Duration,
     /// Failures tolerated per wave before the rollout halts.
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -243,7 +243,7 @@ impl FleetRunArgs {
         if !plan.has_changes() {
             return Ok(true);
         }
-        super::deploy::confirm(&self.confirm.as_confirm_args(), question)
+        crate::args::confirm(&self.confirm.as_confirm_args(), question)
     }
 }
 

@@ -6,10 +6,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use kix_api::labels::ANNOTATION_DECLARED_BY;
 use kix_api::{Activation, ActivationSpec, ActivationStatus, Phase};
 use kix_engine::plan::{Plan, PlanOptions};
-use kube::Client;
 use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
 
 /// How often the CLI polls the record, and how long it waits for a terminal phase.
 pub const POLL_EVERY: Duration = Duration::from_secs(2);
@@ -258,5 +259,55 @@ pub async fn wait_deleted(client: &Client, name: &str, until: Instant) -> anyhow
             );
         }
         tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// The host that declared `record`, if a host did.
+pub fn declared_by(record: &Activation) -> Option<&str> {
+    record
+        .annotations()
+        .get(ANNOTATION_DECLARED_BY)
+        .map(String::as_str)
+}
+
+/// For `kix deploy` and `kix rollback`: a warning when the record that is
+/// current was declared by a NixOS host, whose next activation re-declares
+/// its build over this one.
+pub fn host_declared_warning(current: &Activation) -> Option<String> {
+    declared_by(current).map(|host| {
+        format!(
+            "warning: Kix cluster {:?} is declared by NixOS host {host} ({} names {}): this change stays until the host's next activation of a generation (switch, boot, or a restart of its kix-declare unit) declares the host's build again; change services.kix-operator.clusters.{} on {host} to make it last",
+            current.cluster_name(),
+            current.name_any(),
+            current.spec.source.path,
+            current.cluster_name(),
+        )
+    })
+}
+
+/// For `kix declare`: a warning when another NixOS host declared the
+/// current record: each host's activations replace the other's build.
+pub fn other_host_warning(current: &Activation, host: &str) -> Option<String> {
+    declared_by(current)
+        .filter(|other| *other != host)
+        .map(|other| {
+            format!(
+                "warning: Kix cluster {:?} is declared by NixOS host {other} too ({} names {}): each host's activations replace the other's build; declare it on one host",
+                current.cluster_name(),
+                current.name_any(),
+                current.spec.source.path,
+            )
+        })
+}
+
+/// Prints [`host_declared_warning`] for the record named `current`, if any
+/// (a failed read is no reason to stop a deploy: it is only a warning).
+pub async fn warn_if_host_declared(client: &kube::Client, current: Option<&str>) {
+    let Some(name) = current else { return };
+    let api: kube::Api<Activation> = kube::Api::all(client.clone());
+    if let Ok(Some(record)) = api.get_opt(name).await
+        && let Some(warning) = host_declared_warning(&record)
+    {
+        eprintln!("{warning}");
     }
 }

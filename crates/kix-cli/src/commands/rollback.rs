@@ -97,7 +97,7 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
     // still Pending or Applying is not what the rollback goes back from.
     let current = kix_engine::records::applied(&all, &args.cluster);
     let target = select_target(&mine, current, args.to.as_deref(), &args.cluster)?;
-    if let Some(warning) = current.and_then(super::declare::host_declared_warning) {
+    if let Some(warning) = current.and_then(super::operator::host_declared_warning) {
         eprintln!("{warning}");
     }
     let target_name = target.name_any();
