@@ -416,130 +416,22 @@ pub fn settings_hint(root: &Path) -> Option<Settings> {
 /// Reads and checks the manifest tree at `root`. See the [module
 /// documentation](self) for the layout and the checks.
 pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError> {
-    // A store directory that does not exist contains nothing: every root is
-    // then outside it.
-    let store =
-        std::fs::canonicalize(&options.store_dir).unwrap_or_else(|_| options.store_dir.clone());
-    let canonical_root = std::fs::canonicalize(root).map_err(|e| TreeError::Root {
-        root: root.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    if !canonical_root.is_dir() {
-        return Err(TreeError::Root {
-            root: root.to_path_buf(),
-            message: "not a directory".into(),
-        });
-    }
-    if !canonical_root.starts_with(&store) || canonical_root == store {
-        return Err(TreeError::RootOutsideStore {
-            root: root.to_path_buf(),
-            resolved: canonical_root,
-            store_dir: options.store_dir.clone(),
-        });
-    }
-
+    let (canonical_root, store) = checked_root(root, options)?;
     let entries = walk(&canonical_root, &store)?;
     let reader = Reader {
         root: &canonical_root,
         options,
     };
 
-    // kix.json
-    let kix_json_path = Path::new("kix.json");
-    match entries.iter().find(|e| e.rel == kix_json_path) {
-        None => return Err(TreeError::MissingKixJson),
-        Some(e) if e.kind != EntryKind::File => {
-            return Err(TreeError::NotAFile {
-                file: kix_json_path.into(),
-            });
-        }
-        Some(_) => {}
-    }
-    let kix = reader.read_kix_json(kix_json_path)?;
-    check_name(&kix.cluster, "cluster", kix_json_path)?;
-    let mut listed = BTreeSet::new();
-    for name in &kix.packages {
-        check_name(name, "package", kix_json_path)?;
-        if !listed.insert(name.as_str()) {
-            return Err(TreeError::DuplicatePackage { name: name.clone() });
-        }
-    }
-
-    // Sort the walk's entries into packages.
-    let mut dirs: BTreeMap<String, PackageFiles> = BTreeMap::new();
-    for entry in &entries {
-        let mut parts = entry.rel.components();
-        if parts.next() != Some(Component::Normal("packages".as_ref())) {
-            continue;
-        }
-        let Some(Component::Normal(name)) = parts.next() else {
-            continue;
-        };
-        let name = name.to_string_lossy().into_owned();
-        let rest: PathBuf = parts.collect();
-        if rest.as_os_str().is_empty() {
-            if entry.kind == EntryKind::Dir {
-                dirs.entry(name).or_default();
-            }
-            continue;
-        }
-        let Some(files) = dirs.get_mut(&name) else {
-            continue;
-        };
-        if rest == Path::new("package.json") {
-            files.package_json = Some(entry.kind);
-        } else if rest.starts_with("secrets") && rest != Path::new("secrets") {
-            match entry.kind {
-                EntryKind::File => files.secrets.push(entry.rel.clone()),
-                EntryKind::Dir => {}
-                EntryKind::Other => {
-                    return Err(TreeError::NotAFile {
-                        file: entry.rel.clone(),
-                    });
-                }
-            }
-        } else if rest.starts_with("resources") && is_resource_file(&rest) {
-            if entry.kind != EntryKind::File {
-                // A directory named `x.yaml` is a directory, not a resource.
-                if entry.kind == EntryKind::Other {
-                    return Err(TreeError::NotAFile {
-                        file: entry.rel.clone(),
-                    });
-                }
-                continue;
-            }
-            files.resources.push(entry.rel.clone());
-        }
-    }
-    for name in &kix.packages {
-        if !dirs.contains_key(name) {
-            return Err(TreeError::MissingPackageDir {
-                package: name.clone(),
-            });
-        }
-    }
-    if let Some(name) = dirs.keys().find(|d| !listed.contains(d.as_str())) {
-        return Err(TreeError::UnlistedPackageDir {
-            package: name.clone(),
-        });
-    }
+    let kix = reader.read_kix_json_entry(&entries)?;
+    let dirs = package_dirs(&entries, &kix.packages)?;
 
     // Packages, in name order: each package's package.json, then its
     // resource files. The package.json files are read first, because they
     // give the namespace that the objects of their resource files default
     // to; reading stops at the first bad one, since no package after it is
     // reached. Its error is returned in its turn, below.
-    let mut metas = Vec::with_capacity(dirs.len());
-    let mut meta_error = None;
-    for (name, files) in &dirs {
-        match reader.read_package_json(name, files) {
-            Ok(meta) => metas.push(meta),
-            Err(e) => {
-                meta_error = Some(e);
-                break;
-            }
-        }
-    }
+    let (metas, meta_error) = reader.read_package_jsons(&dirs);
     // The resource files to parse, in the order they are checked.
     let jobs: Vec<Job> = metas
         .iter()
@@ -590,51 +482,15 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
             (m.name.clone(), user_rules(&file, &m.health))
         })
         .collect();
-    let mut secrets = Vec::new();
-    let mut secret_digest_keys = BTreeMap::new();
-    for (index, (meta, files)) in metas.iter().zip(dirs.values()).enumerate() {
-        for file in &files.secrets {
-            let (secret, bytes) = reader.read_secret(&meta.name, file)?;
-            if let Some(ids) = &options.age_identities {
-                let (decrypted, key) = crate::secrets::decrypt(
-                    &secret,
-                    &bytes,
-                    meta.namespace.as_deref(),
-                    &ids.0,
-                    options.max_object_bytes,
-                )?;
-                for (document, object) in decrypted {
-                    objects.add(&object, document, options.max_objects)?;
-                    package_objects[index].push(object);
-                }
-                secret_digest_keys.insert(secret.file.clone(), key);
-            }
-            secrets.push(secret);
-        }
-    }
+    let (secrets, secret_digest_keys) =
+        reader.read_secrets(&metas, &dirs, &mut objects, &mut package_objects)?;
     let secrets_decrypted = options.age_identities.is_some();
     let plaintext_secrets_allowed = metas
         .iter()
         .filter(|m| m.allow_plaintext_secrets)
         .map(|m| m.name.clone())
         .collect();
-    let mut packages: BTreeMap<String, Package> = metas
-        .into_iter()
-        .zip(package_objects)
-        .map(|(meta, objects)| {
-            let objects = apply_order(objects);
-            let package = Package {
-                name: meta.name,
-                version: meta.version,
-                depends_on: meta.depends_on,
-                namespace: meta.namespace,
-                migrations: meta.migrations,
-                handoff: meta.handoff,
-                objects,
-            };
-            (package.name.clone(), package)
-        })
-        .collect();
+    let mut packages = into_packages(metas, package_objects);
 
     let order = dependency_order(&packages)?;
     for package in packages.values_mut() {
@@ -671,6 +527,122 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
         secrets_decrypted,
         secret_digest_keys,
     })
+}
+
+/// The tree's root, resolved, and the store it must be inside (a store
+/// directory that does not exist contains nothing: every root is then
+/// outside it).
+fn checked_root(root: &Path, options: &ReadOptions) -> Result<(PathBuf, PathBuf), TreeError> {
+    let store =
+        std::fs::canonicalize(&options.store_dir).unwrap_or_else(|_| options.store_dir.clone());
+    let canonical_root = std::fs::canonicalize(root).map_err(|e| TreeError::Root {
+        root: root.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    if !canonical_root.is_dir() {
+        return Err(TreeError::Root {
+            root: root.to_path_buf(),
+            message: "not a directory".into(),
+        });
+    }
+    if !canonical_root.starts_with(&store) || canonical_root == store {
+        return Err(TreeError::RootOutsideStore {
+            root: root.to_path_buf(),
+            resolved: canonical_root,
+            store_dir: options.store_dir.clone(),
+        });
+    }
+    Ok((canonical_root, store))
+}
+
+/// The walk's entries sorted into package directories; each listed
+/// package must have one, and each one must be listed.
+fn package_dirs(
+    entries: &[crate::walk::Entry],
+    packages: &[String],
+) -> Result<BTreeMap<String, PackageFiles>, TreeError> {
+    let listed: BTreeSet<&str> = packages.iter().map(String::as_str).collect();
+    let mut dirs: BTreeMap<String, PackageFiles> = BTreeMap::new();
+    for entry in entries {
+        let mut parts = entry.rel.components();
+        if parts.next() != Some(Component::Normal("packages".as_ref())) {
+            continue;
+        }
+        let Some(Component::Normal(name)) = parts.next() else {
+            continue;
+        };
+        let name = name.to_string_lossy().into_owned();
+        let rest: PathBuf = parts.collect();
+        if rest.as_os_str().is_empty() {
+            if entry.kind == EntryKind::Dir {
+                dirs.entry(name).or_default();
+            }
+            continue;
+        }
+        let Some(files) = dirs.get_mut(&name) else {
+            continue;
+        };
+        if rest == Path::new("package.json") {
+            files.package_json = Some(entry.kind);
+        } else if rest.starts_with("secrets") && rest != Path::new("secrets") {
+            match entry.kind {
+                EntryKind::File => files.secrets.push(entry.rel.clone()),
+                EntryKind::Dir => {}
+                EntryKind::Other => {
+                    return Err(TreeError::NotAFile {
+                        file: entry.rel.clone(),
+                    });
+                }
+            }
+        } else if rest.starts_with("resources") && is_resource_file(&rest) {
+            if entry.kind != EntryKind::File {
+                // A directory named `x.yaml` is a directory, not a resource.
+                if entry.kind == EntryKind::Other {
+                    return Err(TreeError::NotAFile {
+                        file: entry.rel.clone(),
+                    });
+                }
+                continue;
+            }
+            files.resources.push(entry.rel.clone());
+        }
+    }
+    for name in packages {
+        if !dirs.contains_key(name) {
+            return Err(TreeError::MissingPackageDir {
+                package: name.clone(),
+            });
+        }
+    }
+    if let Some(name) = dirs.keys().find(|d| !listed.contains(d.as_str())) {
+        return Err(TreeError::UnlistedPackageDir {
+            package: name.clone(),
+        });
+    }
+    Ok(dirs)
+}
+
+/// The packages by name, each with its objects in apply order.
+fn into_packages(
+    metas: Vec<PackageJson>,
+    package_objects: Vec<Vec<Object>>,
+) -> BTreeMap<String, Package> {
+    metas
+        .into_iter()
+        .zip(package_objects)
+        .map(|(meta, objects)| {
+            let package = Package {
+                name: meta.name,
+                version: meta.version,
+                depends_on: meta.depends_on,
+                namespace: meta.namespace,
+                migrations: meta.migrations,
+                handoff: meta.handoff,
+                objects: apply_order(objects),
+            };
+            (package.name.clone(), package)
+        })
+        .collect()
 }
 
 /// The files of one package directory.
@@ -821,6 +793,82 @@ impl Reader<'_> {
             });
         }
         Ok(bytes)
+    }
+
+    /// The packages' SOPS files: checked, and decrypted into their
+    /// package's objects when the reader has age identities.
+    #[allow(clippy::type_complexity)]
+    fn read_secrets(
+        &self,
+        metas: &[PackageJson],
+        dirs: &BTreeMap<String, PackageFiles>,
+        objects: &mut ObjectSet,
+        package_objects: &mut [Vec<Object>],
+    ) -> Result<(Vec<SecretFile>, BTreeMap<PathBuf, kix_sops::DigestKey>), TreeError> {
+        let mut secrets = Vec::new();
+        let mut secret_digest_keys = BTreeMap::new();
+        for (index, (meta, files)) in metas.iter().zip(dirs.values()).enumerate() {
+            for file in &files.secrets {
+                let (secret, bytes) = self.read_secret(&meta.name, file)?;
+                if let Some(ids) = &self.options.age_identities {
+                    let (decrypted, key) = crate::secrets::decrypt(
+                        &secret,
+                        &bytes,
+                        meta.namespace.as_deref(),
+                        &ids.0,
+                        self.options.max_object_bytes,
+                    )?;
+                    for (document, object) in decrypted {
+                        objects.add(&object, document, self.options.max_objects)?;
+                        package_objects[index].push(object);
+                    }
+                    secret_digest_keys.insert(secret.file.clone(), key);
+                }
+                secrets.push(secret);
+            }
+        }
+        Ok((secrets, secret_digest_keys))
+    }
+
+    /// Each package's package.json, in name order, up to the first that
+    /// cannot be read (its error is second).
+    fn read_package_jsons(
+        &self,
+        dirs: &BTreeMap<String, PackageFiles>,
+    ) -> (Vec<PackageJson>, Option<TreeError>) {
+        let mut metas = Vec::with_capacity(dirs.len());
+        for (name, files) in dirs {
+            match self.read_package_json(name, files) {
+                Ok(meta) => metas.push(meta),
+                Err(e) => return (metas, Some(e)),
+            }
+        }
+        (metas, None)
+    }
+
+    /// kix.json: present, a file, its cluster and package names valid and
+    /// no package listed twice.
+    fn read_kix_json_entry(&self, entries: &[crate::walk::Entry]) -> Result<KixInfo, TreeError> {
+        let kix_json_path = Path::new("kix.json");
+        match entries.iter().find(|e| e.rel == kix_json_path) {
+            None => return Err(TreeError::MissingKixJson),
+            Some(e) if e.kind != EntryKind::File => {
+                return Err(TreeError::NotAFile {
+                    file: kix_json_path.into(),
+                });
+            }
+            Some(_) => {}
+        }
+        let kix = self.read_kix_json(kix_json_path)?;
+        check_name(&kix.cluster, "cluster", kix_json_path)?;
+        let mut listed = BTreeSet::new();
+        for name in &kix.packages {
+            check_name(name, "package", kix_json_path)?;
+            if !listed.insert(name.as_str()) {
+                return Err(TreeError::DuplicatePackage { name: name.clone() });
+            }
+        }
+        Ok(kix)
     }
 
     fn read_kix_json(&self, rel: &Path) -> Result<KixInfo, TreeError> {
