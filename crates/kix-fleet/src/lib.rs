@@ -16,6 +16,15 @@
 //!   history and rollback read the members' own records back.
 //! - [`rollback::plan_rollback`]: each member that took a rollout back to
 //!   the build before it, in reverse wave order.
+//!
+//! # Where things are
+//!
+//! A fleet never re-implements a rule: a member's refusals are the engine's
+//! gates (`kix_engine::gates`), asked through `kix_engine::deploy`. A rule
+//! about the fleet as a whole (what a wave may do) goes in [`run`] before a
+//! wave starts; what the fleet file may say is checked in [`spec`] (and
+//! first in Nix, `nix/fleet.nix`). The CLI's `kix fleet` commands only turn
+//! arguments into calls of this crate.
 //! - [`roots`]: the fleet build's GC root, kept while a member's record
 //!   names its rollout.
 

@@ -8,6 +8,18 @@
 //! project), then the generic kstatus rules ([`kstatus`]).
 //!
 //! [`health`] and [`judge`] use the built-in library and kstatus.
+//!
+//! # Where things are
+//!
+//! - A built-in rule for a custom resource: an entry in its project's file
+//!   under `builtin/` (CEL, as a user would write it) and fixtures of real
+//!   status shapes beside it (`builtin/fixtures/`): healthy, progressing and
+//!   degraded, which `builtin::tests` requires.
+//! - A user's rule: declared in Nix, carried in the tree, compiled by the
+//!   tree reader ([`Rules::with_user`]); `rule` and `rules` hold the CEL side.
+//! - Kinds without a rule: the kstatus port in [`kstatus`].
+//! - The engine's wait, `kix status` and the operator all judge through
+//!   [`Rules::judge`]; none has health rules of its own.
 
 pub mod kstatus;
 
