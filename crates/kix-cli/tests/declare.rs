@@ -282,7 +282,15 @@ async fn acceptance_is_only_what_the_host_names_and_absent_prunes_through_the_bu
     let records = kix.records().await;
     assert_eq!(records.len(), 3);
     assert_eq!(records[2].spec.receipt.accepted.adoptions, 1);
-    assert_eq!(records[0].phase(), Some(Phase::Superseded));
+    // The operator supersedes the older record just after it marks the new
+    // one Active, which is when the CLI returns: give it a moment.
+    common::poll(
+        "the first record to be Superseded",
+        std::time::Duration::from_secs(20),
+        std::time::Duration::from_millis(200),
+        || async { (kix.records().await[0].phase() == Some(Phase::Superseded)).then_some(()) },
+    )
+    .await;
 
     // absent = "prune": an empty build of the Kix cluster, within the
     // budget (2 objects, the budget allows 10); without --allow-empty the

@@ -1152,10 +1152,20 @@ async fn an_unhealthy_new_build_ends_degraded_with_its_reasons_and_takes_over() 
         "{}",
         text(&out)
     );
+    // The operator supersedes the older record just after it settles the
+    // new one, which is when the CLI returns: give it a moment.
+    let mut phase = None;
+    for _ in 0..100 {
+        phase = record(&env, 1).await.and_then(|r| r.phase());
+        if phase == Some(Phase::Superseded) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert_eq!(
-        record(&env, 1).await.and_then(|r| r.phase()),
+        phase,
         Some(Phase::Superseded),
-        "a Degraded build is applied: it takes over"
+        "a Degraded build is applied: it takes over (waited 20 s)"
     );
 }
 
