@@ -464,6 +464,18 @@ async fn rollback_and_gc_through_the_operator() {
         cms.get_opt("only-v1").await.expect("get").is_none(),
         "pruned by the operator"
     );
+    // The operator supersedes record 1 just after it settles record 2, when
+    // the CLI has returned; the rollback needs it Superseded.
+    let first = Activation::name_for(&env.cluster, 1);
+    let mut phase = None;
+    for _ in 0..100 {
+        phase = records.get(&first).await.ok().and_then(|r| r.phase());
+        if phase == Some(Phase::Superseded) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(phase, Some(Phase::Superseded), "{first} after 20 s");
 
     // Rollback: a new operator record (3) for record 1's build.
     let out = kix(&[
