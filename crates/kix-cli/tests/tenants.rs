@@ -432,6 +432,12 @@ fn writes_as(mark: u64, user: &str) -> Vec<(String, i64)> {
 /// A tenant's account: it writes ConfigMaps in its namespace and kix's
 /// records, the deploy Lease, and reads what a plan reads; nothing else.
 fn tenant_rbac(namespace: &str, account: &str) -> String {
+    tenant_rbac_reading(namespace, account, &["configmaps"])
+}
+
+/// [`tenant_rbac`], reading cluster-wide only the `kinds` given besides
+/// namespaces, ClusterRoleBindings and CRDs.
+fn tenant_rbac_reading(namespace: &str, account: &str, kinds: &[&str]) -> String {
     let sa = json!({"kind": "ServiceAccount", "name": account, "namespace": namespace});
     let role = |kind: &str, name: &str, ns: Option<&str>, rules: Value| {
         let mut meta = json!({"name": name});
@@ -465,7 +471,7 @@ fn tenant_rbac(namespace: &str, account: &str) -> String {
     items.extend(role("ClusterRole", &format!("kix-tenant-{namespace}"), None, json!([
         {"apiGroups": ["kix.run"], "resources": ["*"], "verbs": ["*"]},
         {"apiGroups": ["", "rbac.authorization.k8s.io", "apiextensions.k8s.io"],
-         "resources": ["configmaps", "namespaces", "clusterrolebindings", "customresourcedefinitions"],
+         "resources": kinds.iter().copied().chain(["namespaces", "clusterrolebindings", "customresourcedefinitions"]).collect::<Vec<_>>(),
          "verbs": ["get", "list", "watch"]}])));
     json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
 }
@@ -923,4 +929,63 @@ async fn a_prune_the_tenant_may_not_perform_is_a_named_failed_deletion_not_a_loo
         ])
         .expect("the ConfigMap is still there");
     assert!(still.contains("dropped"), "{still}");
+}
+
+/// A tenant whose Roles hold only its namespace (no cluster-wide read of the
+/// kinds its build holds) plans, deploys, redeploys as a no-op and prunes:
+/// the plan lists in the build's namespaces what it may not list
+/// cluster-wide.
+#[tokio::test]
+async fn a_tenant_bounded_to_its_namespace_plans_deploys_and_prunes() {
+    let env = kix_testkit::TestEnv::new("tenant-ns").await.expect("env");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rbac = dir.path().join("rbac.json");
+    std::fs::write(&rbac, tenant_rbac_reading(&env.namespace, "kix", &[])).expect("rbac");
+    env.kubectl(&["apply", "-f", rbac.to_str().expect("utf8")])
+        .expect("tenant RBAC");
+    let admin = kix_testkit::kubeconfig_path();
+    let gcroots = dir.path().join("gcroots");
+    let deploy = |path: &str| {
+        common::run(common::kix(&admin, &gcroots).args([
+            "deploy",
+            &env.cluster,
+            "--path",
+            path,
+            "--yes",
+        ]))
+    };
+    let extra = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: dropped}\ndata: {value: x}\n";
+    let v1 = tenant_tree(
+        &dir.path().join("v1"),
+        &env.cluster,
+        &env.namespace,
+        Some(extra),
+    );
+    let run = deploy(&v1);
+    assert_eq!(run.code, Some(0), "first deploy: {run}");
+    let run = deploy(&v1);
+    assert_eq!(run.code, Some(0), "redeploy: {run}");
+    assert!(
+        run.stdout.contains("nothing to do") || run.stdout.contains("2 unchanged"),
+        "the redeploy sees its objects in its namespace: {run}"
+    );
+    let v2 = tenant_tree(&dir.path().join("v2"), &env.cluster, &env.namespace, None);
+    let run = deploy(&v2);
+    assert_eq!(run.code, Some(0), "deploy dropping a ConfigMap: {run}");
+    let left = env
+        .kubectl(&[
+            "get",
+            "configmap",
+            "dropped",
+            "-n",
+            &env.namespace,
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ])
+        .expect("kubectl");
+    assert!(
+        left.trim().is_empty(),
+        "pruned acting as the tenant: {left}"
+    );
 }

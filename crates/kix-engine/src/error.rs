@@ -75,6 +75,23 @@ pub enum EngineError {
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 
+impl EngineError {
+    /// Whether the apiserver refused one of its requests for lack of
+    /// permission (403), anywhere in its causes.
+    pub fn is_forbidden(&self) -> bool {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(error) = source {
+            if let Some(kube::Error::Api(status)) = error.downcast_ref::<kube::Error>()
+                && status.code == 403
+            {
+                return true;
+            }
+            source = error.source();
+        }
+        false
+    }
+}
+
 /// The apiserver's own message for an API error (not the Debug of the whole
 /// Status), or the error's text otherwise.
 pub fn api_message(err: &kube::Error) -> String {

@@ -58,6 +58,19 @@ pub async fn list_kinds(
     kinds: Vec<(ApiResource, bool)>,
     selector: Option<&str>,
 ) -> Result<KeyMap<ObjectKey, Live>> {
+    list_kinds_in(client, kinds, selector, &[]).await
+}
+
+/// [`list_kinds`], where the cluster-wide LIST of a namespaced kind that the
+/// account may not make (a tenant whose Roles hold only its namespaces) is
+/// made in each of `namespaces` instead: what it cannot see is neither
+/// planned against nor pruned.
+pub async fn list_kinds_in(
+    client: &Client,
+    kinds: Vec<(ApiResource, bool)>,
+    selector: Option<&str>,
+    namespaces: &[String],
+) -> Result<KeyMap<ObjectKey, Live>> {
     let lists = stream::iter(kinds.into_iter().map(|(resource, namespaced)| {
         let client = client.clone();
         let selector = selector.map(str::to_string);
@@ -66,7 +79,20 @@ pub async fn list_kinds(
             if let Some(selector) = &selector {
                 params = params.labels(selector);
             }
-            list_served(&client, &Arc::new(resource), namespaced, None, &params).await
+            let resource = Arc::new(resource);
+            match list_served(&client, &resource, namespaced, None, &params).await {
+                Err(err) if namespaced && !namespaces.is_empty() && err.is_forbidden() => {
+                    let mut items = Vec::new();
+                    for namespace in namespaces {
+                        let listed = Some(namespace.as_str());
+                        items.extend(
+                            list_served(&client, &resource, namespaced, listed, &params).await?,
+                        );
+                    }
+                    Ok(items)
+                }
+                listed => listed,
+            }
         }
     }))
     .buffer_unordered(LIST_CONCURRENCY)

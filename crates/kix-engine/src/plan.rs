@@ -22,7 +22,9 @@ pub use crate::plan_value::Plan;
 use crate::desired::{Desired, Shapes, desired_objects};
 use crate::diff::diff;
 use crate::error::{EngineError, Result};
-use crate::live::{Live, activation_clusters, belongs_to, list_kinds, list_unlabelled};
+use crate::live::{
+    Live, activation_clusters, belongs_to, list_kinds, list_kinds_in, list_unlabelled,
+};
 use crate::ownership::{self, Applied, DriftedField, Legacy};
 use crate::records::{self, CrdState};
 use crate::resources::{Resources, Served, split_api_version};
@@ -277,9 +279,31 @@ async fn observe(
         }
     }
     let selector = kix_api::labels::managed_selector();
+    // A tenant bounded to its namespaces lists there what it may not list
+    // cluster-wide: the build's namespaces.
+    let namespaces: Vec<String> = desired
+        .iter()
+        .filter_map(|d| d.key.namespace.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let recorded_live = async {
+        match early.await {
+            Err(err) if err.is_forbidden() => {
+                let kinds = recorded.values().cloned().collect();
+                list_kinds_in(client, kinds, Some(&selector), &namespaces).await
+            }
+            listed => listed,
+        }
+    };
     let (mut live, late_live) = futures::try_join!(
-        early,
-        list_kinds(client, late.values().cloned().collect(), Some(&selector))
+        recorded_live,
+        list_kinds_in(
+            client,
+            late.values().cloned().collect(),
+            Some(&selector),
+            &namespaces
+        )
     )?;
     // A kind listed both ways is the build's: its version is what the plan
     // applies and prunes through.

@@ -21,7 +21,7 @@ use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use crate::error::{Result, api_message};
-use crate::live::{activation_clusters, belongs_to, list_kinds};
+use crate::live::{activation_clusters, belongs_to, list_kinds, list_kinds_in};
 use crate::records;
 use crate::resources::{Resources, Served};
 
@@ -51,7 +51,16 @@ pub async fn release_objects(
     let (current, current_keys) =
         current_build(&all, &cluster, &name, retiring, &mut resources).await?;
     let kinds = recorded_kinds(record, &mut resources).await?;
-    let live = list_kinds(client, kinds, Some(&kix_api::labels::managed_selector())).await?;
+    let selector = kix_api::labels::managed_selector();
+    let live = match list_kinds(client, kinds.clone(), Some(&selector)).await {
+        // A tenant bounded to its namespaces: the record's objects are in
+        // its build's namespaces.
+        Err(err) if err.is_forbidden() => {
+            let namespaces = build_namespaces(record);
+            list_kinds_in(client, kinds, Some(&selector), &namespaces).await?
+        }
+        listed => listed?,
+    };
     let mut mine: Vec<_> = live
         .values()
         .filter(|l| l.owned && l.activations.contains(&name))
@@ -103,6 +112,21 @@ async fn current_build<'a>(
         .map(|d| d.key)
         .collect();
     Ok((Some(current), keys))
+}
+
+/// The namespaces of `record`'s build's objects (none when the build cannot
+/// be read: only what may be listed cluster-wide is then released).
+fn build_namespaces(record: &Activation) -> Vec<String> {
+    let path = std::path::Path::new(&record.spec.source.path);
+    let Ok(build) = kix_manifest::read_tree(path, &kix_manifest::ReadOptions::default()) else {
+        return Vec::new();
+    };
+    let namespaces: BTreeSet<String> = build
+        .objects()
+        .filter_map(|o| o.key.namespace.clone())
+        .chain(build.packages.iter().filter_map(|p| p.namespace.clone()))
+        .collect();
+    namespaces.into_iter().collect()
 }
 
 /// The served kinds `record` lists, to find its objects.

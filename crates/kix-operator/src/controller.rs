@@ -179,7 +179,7 @@ pub async fn reconcile(
             Finalizer::Apply(record) => match apply(record.clone(), &ctx).await {
                 // The record's account may not do what applying it needs:
                 // said on the record, not retried in a loop.
-                Err(ReconcileError::Engine(err)) if forbidden(&err) => {
+                Err(ReconcileError::Engine(err)) if err.is_forbidden() => {
                     let message = format!("the apiserver refused a request: {err}");
                     fail(&ctx, &record, message).await
                 }
@@ -195,20 +195,6 @@ pub async fn reconcile(
         | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
         other => ReconcileError::Finalizer(other.to_string()),
     })
-}
-
-/// Whether the apiserver refused a request of `err` for lack of permission.
-fn forbidden(err: &kix_engine::EngineError) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(error) = source {
-        if let Some(kube::Error::Api(status)) = error.downcast_ref::<kube::Error>()
-            && status.code == 403
-        {
-            return true;
-        }
-        source = error.source();
-    }
-    false
 }
 
 pub fn error_policy(_record: Arc<Activation>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
