@@ -511,6 +511,7 @@ const CLUSTER_ADMIN_BINDING: &str = "apiVersion: rbac.authorization.k8s.io/v1\nk
 #[tokio::test]
 async fn a_local_deploy_acts_as_the_account_its_build_names() {
     let env = kix_testkit::TestEnv::new("tenant-cli").await.expect("env");
+    install_crds(&env);
     let dir = tempfile::tempdir().expect("tempdir");
     let rbac = dir.path().join("rbac.json");
     std::fs::write(&rbac, tenant_rbac(&env.namespace, "kix")).expect("rbac");
@@ -592,6 +593,50 @@ async fn a_local_deploy_acts_as_the_account_its_build_names() {
     assert!(bindings.trim().is_empty(), "the binding exists: {bindings}");
 }
 
+/// kix's CRDs on the shared control plane, as a platform installs them
+/// before tenants deploy (`kix crds | kubectl apply`): a tenant's account
+/// may not install them, and these tests must not depend on another test
+/// having done it.
+fn install_crds(env: &kix_testkit::TestEnv) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("crds.yaml");
+    std::fs::write(&file, kix_api::crds_yaml()).expect("crds.yaml");
+    let file = file.to_str().expect("utf8");
+    env.kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager",
+        "kix",
+        "-f",
+        file,
+    ])
+    .expect("installing kix's CRDs");
+    let crds = ["crd/activations.kix.run", "crd/packageinstances.kix.run"];
+    env.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        crds[0],
+        crds[1],
+        "--timeout=60s",
+    ])
+    .expect("kix's CRDs Established");
+}
+
+/// The value of ConfigMap `settings` in `namespace`.
+fn settings_value(env: &kix_testkit::TestEnv, namespace: &str) -> String {
+    env.kubectl(&[
+        "get",
+        "configmap",
+        "settings",
+        "-n",
+        namespace,
+        "-o",
+        "jsonpath={.data.value}",
+    ])
+    .expect("kubectl")
+}
+
 fn deploy_operator(gcroots: &Path, cluster: &str, path: &str) -> common::Run {
     common::run(common::kix(&kix_testkit::kubeconfig_path(), gcroots).args([
         "deploy",
@@ -652,6 +697,7 @@ async fn settled(client: &kube::Client, name: &str) -> kix_api::Activation {
 #[tokio::test]
 async fn the_operator_acts_for_each_record_as_its_account() {
     let mut env = kix_testkit::TestEnv::new("tenant-op").await.expect("env");
+    install_crds(&env);
     let (ns_a, ns_b) = (
         env.namespace.clone(),
         env.namespace("b").await.expect("ns b"),
@@ -730,18 +776,11 @@ async fn the_operator_acts_for_each_record_as_its_account() {
         writes.is_empty(),
         "no ConfigMap written acting as tenant a: {writes:?}"
     );
-    let b_value = env
-        .kubectl(&[
-            "get",
-            "configmap",
-            "settings",
-            "-n",
-            &ns_b,
-            "-o",
-            "jsonpath={.data.value}",
-        ])
-        .expect("kubectl");
-    assert_eq!(b_value, "one", "tenant b's ConfigMap is untouched");
+    assert_eq!(
+        settings_value(&env, &ns_b),
+        "one",
+        "tenant b's ConfigMap is untouched"
+    );
 
     // A record naming no account: refused under --require-service-account.
     let build_none = {
@@ -824,18 +863,11 @@ async fn the_operator_acts_for_each_record_as_its_account() {
             .any(|(w, code)| w == "delete configmaps/settings" && *code < 300),
         "a's ConfigMap deleted acting as a: {deletes:?}"
     );
-    let b_value = env
-        .kubectl(&[
-            "get",
-            "configmap",
-            "settings",
-            "-n",
-            &ns_b,
-            "-o",
-            "jsonpath={.data.value}",
-        ])
-        .expect("kubectl");
-    assert_eq!(b_value, "one", "tenant b's ConfigMap is untouched");
+    assert_eq!(
+        settings_value(&env, &ns_b),
+        "one",
+        "tenant b's ConfigMap is untouched"
+    );
 }
 
 /// A prune the tenant's account may not perform is kept as a failed
@@ -846,6 +878,7 @@ async fn a_prune_the_tenant_may_not_perform_is_a_named_failed_deletion_not_a_loo
     let env = kix_testkit::TestEnv::new("tenant-prune")
         .await
         .expect("env");
+    install_crds(&env);
     let dir = tempfile::tempdir().expect("tempdir");
     let rbac = dir.path().join("rbac.json");
     std::fs::write(&rbac, tenant_rbac(&env.namespace, "kix")).expect("rbac");
@@ -938,6 +971,7 @@ async fn a_prune_the_tenant_may_not_perform_is_a_named_failed_deletion_not_a_loo
 #[tokio::test]
 async fn a_tenant_bounded_to_its_namespace_plans_deploys_and_prunes() {
     let env = kix_testkit::TestEnv::new("tenant-ns").await.expect("env");
+    install_crds(&env);
     let dir = tempfile::tempdir().expect("tempdir");
     let rbac = dir.path().join("rbac.json");
     std::fs::write(&rbac, tenant_rbac_reading(&env.namespace, "kix", &[])).expect("rbac");
