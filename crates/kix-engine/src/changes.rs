@@ -6,7 +6,7 @@
 //! from the plan, so a change set of 50,000 objects holds no copies.
 
 use kix_api::{ActivationStatus, DELETING_LISTED, DeletingObject, FailedDeletion};
-use kix_manifest::ObjectKey;
+use kix_manifest::{ActionKind, ObjectKey};
 
 /// How many of a run's messages (one per failed object) its message names;
 /// the rest are counted, so the message, the record and its events stay
@@ -31,8 +31,23 @@ pub struct ChangeSet<'p> {
     pub held: Option<Vec<DeletingObject>>,
     /// Objects the prune could not delete, not yet on the record.
     pub failed_deletions: Vec<FailedDeletion>,
+    /// The migrations' actions that ran, in order. Not counted as applied
+    /// or pruned: a recreated object is counted when the apply creates it.
+    pub migrated: Vec<Migrated>,
     /// What went wrong, one line per object or group, in order.
     pub messages: Vec<String>,
+}
+
+/// One migration action that ran: what it did to which object.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Migrated {
+    pub action: ActionKind,
+    /// The object (`Kind ns/name`), or the migration's reference to it
+    /// when the apiserver does not serve its kind.
+    pub object: String,
+    /// How it ended (`deleted`, `gone`, `adopted`, `kind not served,
+    /// nothing to do`).
+    pub outcome: String,
 }
 
 impl<'p> ChangeSet<'p> {
@@ -57,6 +72,7 @@ impl<'p> ChangeSet<'p> {
             self.held.get_or_insert_with(Vec::new).extend(held);
         }
         self.failed_deletions.extend(other.failed_deletions);
+        self.migrated.extend(other.migrated);
         self.messages.extend(other.messages);
     }
 

@@ -198,6 +198,9 @@ pub struct DeployOutcome {
     pub deleting: Vec<kix_api::DeletingObject>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deleting_total: Option<u32>,
+    /// The migrations' actions that ran, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub migrated: Vec<crate::changes::Migrated>,
     /// Nothing to do: the build is current and nothing drifted; no request
     /// that writes was made.
     pub no_op: bool,
@@ -305,6 +308,7 @@ fn no_op(plan: &Plan, options: &DeployOptions) -> Option<DeployOutcome> {
         applied: 0,
         pruned: 0,
         failed: 0,
+        migrated: Vec::new(),
         no_op: true,
         rolled_back_to: None,
     })
@@ -537,6 +541,15 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
+    /// The migrations stage's settings.
+    fn migration_stage(&self) -> crate::migrations::MigrationStage<'_> {
+        crate::migrations::MigrationStage {
+            client: self.client,
+            events: &self.options.events,
+            deadline: self.deadline,
+        }
+    }
+
     /// The apply stage's settings: what it reads of this deploy.
     fn apply_stage(&self) -> crate::apply::ApplyStage<'_> {
         crate::apply::ApplyStage {
@@ -742,38 +755,26 @@ async fn apply_wave<'p>(
     planned: &BTreeMap<&'p ObjectKey, &'p PlannedObject>,
     permits: &tokio::sync::Semaphore,
 ) -> Result<Vec<(usize, bool, ChangeSet<'p>)>> {
-    let options = run.options;
+    let migrations = run.migration_stage();
     let mut migrated = Vec::with_capacity(runnable.len());
     for &i in runnable {
         let group = &order.steps[i].group;
         packages.begin(run.plan, group).await?;
-        migrated
-            .push(crate::migrations::run_group(run.client, run.plan, group, run.deadline).await);
+        migrated.push(crate::migrations::run_group(&migrations, run.plan, group).await);
     }
     let stage = run.apply_stage();
     let stage = &stage;
     let mut applies = Vec::with_capacity(runnable.len());
-    for (&i, migrated) in runnable.iter().zip(&migrated) {
+    for (&i, mut group_changes) in runnable.iter().zip(migrated) {
         let Step { group, objects, .. } = &order.steps[i];
         applies.push(async move {
-            if let Err(failure) = migrated {
-                let group_changes = ChangeSet {
-                    failed: 1,
-                    messages: vec![format!("{group}: {failure}")],
-                    ..ChangeSet::default()
-                };
-                emit(
-                    options,
-                    Event::ApplyFailed {
-                        group: group.clone(),
-                        key: failure.key.clone(),
-                        error: failure.error.clone(),
-                    },
-                );
+            // A failed migration: the package is not applied.
+            if group_changes.failed > 0 {
                 return (i, false, group_changes);
             }
-            let (ok, group_changes) =
+            let (ok, applied) =
                 crate::apply::apply_group(stage, group, objects, planned, permits).await;
+            group_changes.merge(applied);
             (i, ok, group_changes)
         });
     }
@@ -830,6 +831,7 @@ async fn finish(
         failed: changes.failed,
         deleting: status.deleting.clone(),
         deleting_total: status.deleting_total,
+        migrated: changes.migrated,
         no_op: false,
         rolled_back_to: None,
     })

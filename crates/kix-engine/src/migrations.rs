@@ -65,6 +65,7 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use tracing::info;
 
+use crate::changes::{ChangeSet, Migrated};
 use crate::desired::DEFAULT_NAMESPACE;
 use crate::order::Group;
 use crate::plan_object::{Action, PackagePlan};
@@ -241,16 +242,48 @@ fn group_for(plan: &Plan, m: &PlannedMigration, action: &MigrationAction) -> Gro
     Group::of_migration(in_build.map(|d| &d.key), &m.package)
 }
 
+/// What the migrations stage reads: its own settings, made by the deploy.
+pub(crate) struct MigrationStage<'a> {
+    pub client: &'a Client,
+    pub events: &'a crate::events::Events,
+    /// When waiting for deletions ends.
+    pub deadline: Instant,
+}
+
 /// Runs, in order, the actions of the plan's crossed migrations that belong
-/// to the deploy group `group`. Waits for deletions end at `deadline`.
-/// Returns what was done, one line per action.
-pub async fn run_group(
-    client: &Client,
+/// to the deploy group `group`. Returns what it did: the actions that ran
+/// and, when one failed, the group counted failed with its message (the
+/// package is then not applied).
+pub(crate) async fn run_group<'p>(
+    stage: &MigrationStage<'_>,
     plan: &Plan,
     group: &Group,
-    deadline: Instant,
-) -> Result<Vec<String>, MigrationFailure> {
-    let mut done = Vec::new();
+) -> ChangeSet<'p> {
+    let mut changes = ChangeSet::default();
+    if let Err(failure) = run_actions(stage, plan, group, &mut changes.migrated).await {
+        changes.failed = 1;
+        changes.messages.push(format!("{group}: {failure}"));
+        crate::events::emit(
+            stage.events,
+            crate::events::Event::ApplyFailed {
+                group: group.clone(),
+                key: failure.key,
+                error: failure.error,
+            },
+        );
+    }
+    changes
+}
+
+/// The actions of `group`, in order, each pushed to `done` once it ran;
+/// stops at the first that fails.
+async fn run_actions(
+    stage: &MigrationStage<'_>,
+    plan: &Plan,
+    group: &Group,
+    done: &mut Vec<Migrated>,
+) -> Result<(), MigrationFailure> {
+    let client = stage.client;
     let mut resources = Resources::new(client.clone());
     for m in &plan.migrations {
         for action in &m.actions {
@@ -271,17 +304,19 @@ pub async fn run_group(
                 .map_err(failure)?
             else {
                 info!(object = %action.object, "migration {}: {} skipped: the apiserver does not serve the kind", m.label(), action.action);
-                done.push(format!(
-                    "{} {}: kind not served, nothing to do",
-                    action.action, action.object
-                ));
+                done.push(Migrated {
+                    action: action.action,
+                    object: action.object.to_string(),
+                    outcome: "kind not served, nothing to do".to_string(),
+                });
                 continue;
             };
             let api: Api<DynamicObject> = match &key.namespace {
                 Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
                 None => Api::all_with(client.clone(), &resource),
             };
-            let line = match action.action {
+            let deadline = stage.deadline;
+            let outcome = match action.action {
                 ActionKind::Recreate => {
                     delete_and_wait(&api, &key, PropagationPolicy::Foreground, deadline).await
                 }
@@ -292,15 +327,19 @@ pub async fn run_group(
             }
             .map_err(failure)?;
             info!(
-                "migration {} of package {}: {} {key}: {line}",
+                "migration {} of package {}: {} {key}: {outcome}",
                 m.label(),
                 m.package,
                 action.action
             );
-            done.push(format!("{} {key}: {line}", action.action));
+            done.push(Migrated {
+                action: action.action,
+                object: key.to_string(),
+                outcome,
+            });
         }
     }
-    Ok(done)
+    Ok(())
 }
 
 /// The API resource and full key of a reference: the build's object it names,

@@ -15,6 +15,7 @@ use futures::StreamExt;
 use kix_api::{PackageInstance, PackagePhase, Phase};
 use kix_engine::EngineError;
 use kix_engine::plan::{Action, Plan, PlanOptions, PlannedObject};
+use kix_manifest::ActionKind;
 use kix_testkit::audit;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -690,7 +691,33 @@ async fn a_version_jump_crosses_two_migrations_in_order() {
     );
 
     let mark = audit::mark().expect("mark");
-    kit.deploy_opts(&v3, &accepting(&kit)).await;
+    let outcome = kit.deploy_opts(&v3, &accepting(&kit)).await;
+    // The migrations stage says what it did, in the order it did it.
+    let ns = kit.ns();
+    let migrated: Vec<(ActionKind, String, bool)> = outcome
+        .migrated
+        .iter()
+        .map(|m| (m.action, m.object.clone(), m.outcome.starts_with("deleted")))
+        .collect();
+    assert_eq!(
+        migrated,
+        [
+            (ActionKind::Recreate, format!("ConfigMap {ns}/first"), true),
+            (
+                ActionKind::Delete,
+                format!("ConfigMap {ns}/gone-already"),
+                false
+            ),
+            (ActionKind::Recreate, format!("ConfigMap {ns}/second"), true),
+        ],
+        "{:#?}",
+        outcome.migrated
+    );
+    assert_eq!(
+        outcome.migrated[1].outcome, "not found, nothing to delete",
+        "{:#?}",
+        outcome.migrated
+    );
     let writes = kit.writes(mark);
     let delete_of = |name: &str| {
         position(&writes, |r| {
