@@ -1019,3 +1019,82 @@ async fn package_instances_follow_install_upgrade_failure_and_removal() {
     drop(recorder);
     done(kit).await;
 }
+
+// ---------------------------------------------------------------- a failed migration
+
+/// A migration whose object never goes (held by a finalizer) fails its
+/// package: the record is Failed naming the migration and the object, the
+/// package's objects are not applied, and the outcome counts one failure.
+#[tokio::test]
+async fn a_migration_that_cannot_finish_fails_its_package_and_applies_nothing_of_it() {
+    const HOLD: &str = "kix.test/hold-migration";
+    let kit = Kit::new("mig-held").await;
+    let v1 = build(
+        &kit,
+        &[pkg(
+            "app",
+            "1.0.0",
+            vec![
+                configmap("held", &[("v", "1")]),
+                configmap("other", &[("v", "1")]),
+            ],
+        )],
+    );
+    kit.deploy(&v1).await;
+    let cms = Api::<DynamicObject>::namespaced_with(
+        kit.env.client.clone(),
+        kit.ns(),
+        &resource("v1", "ConfigMap"),
+    );
+    let hold = |finalizers: Value| json!({"metadata": {"finalizers": finalizers}});
+    cms.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(hold(json!([HOLD]))),
+    )
+    .await
+    .expect("finalizer on held");
+
+    let v2 = build(
+        &kit,
+        &[pkg(
+            "app",
+            "2.0.0",
+            vec![
+                configmap("held", &[("v", "1")]),
+                configmap("other", &[("v", "2")]),
+            ],
+        )
+        .migrations(
+            json!([{"from": "1.0.0", "to": "2.0.0", "description": "held moves",
+            "actions": [{"action": "recreate", "object": {"kind": "ConfigMap", "name": "held"}}]}]),
+        )],
+    );
+    let mut options = accepting(&kit);
+    options.timeout = Duration::from_secs(3);
+    let outcome = kit
+        .try_deploy(&v2, &options)
+        .await
+        .expect("a deploy that ran");
+    cms.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(hold(Value::Null)),
+    )
+    .await
+    .expect("finalizer off held");
+    assert_eq!(outcome.phase, Phase::Failed, "{outcome:#?}");
+    assert_eq!((outcome.failed, outcome.applied), (1, 0), "{outcome:#?}");
+    assert!(outcome.migrated.is_empty(), "{outcome:#?}");
+    assert!(
+        outcome.message.contains(&format!(
+            "ConfigMap {}/held: migration 1.0.0 -> 2.0.0 of package app: recreate failed: still being deleted",
+            kit.ns()
+        )),
+        "{}",
+        outcome.message
+    );
+    let other = kit.get("v1", "ConfigMap", "other").await.expect("other");
+    assert_eq!(other["data"]["v"], "1", "the package was not applied");
+    done(kit).await;
+}
