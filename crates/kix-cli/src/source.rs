@@ -234,28 +234,6 @@ pub async fn read_store_build(
     Ok((store_path, build))
 }
 
-/// `kix build` and `kix validate` refuse plain Secrets with values in a
-/// package that does not allow them (`allowPlaintextSecrets`): the Nix
-/// store is world-readable.
-pub fn refuse_plaintext_secrets(build: &Build) -> anyhow::Result<()> {
-    let plain = build.plaintext_secrets();
-    if plain.is_empty() {
-        return Ok(());
-    }
-    let mut packages: Vec<&str> = plain.iter().map(|o| o.package.as_str()).collect();
-    packages.dedup();
-    let names: Vec<String> = plain.iter().map(|o| o.key.to_string()).collect();
-    anyhow::bail!(
-        "the build has plain Secrets with values ({}): the Nix store is world-readable, so every \
-         user of this machine (and of every machine the path is copied to) can read them. \
-         Encrypt them with sops and give the files as `packages.<p>.secrets` (see \
-         docs/secrets.md), or set `allowPlaintextSecrets = true` on package {} for a test \
-         cluster",
-        names.join(", "),
-        packages.join(", ")
-    )
-}
-
 /// Fields only the API server sets, dropped from what kix applies: one
 /// warning per file naming them.
 pub fn warn_dropped(build: &Build) {
@@ -269,7 +247,7 @@ pub fn warn_dropped(build: &Build) {
 pub fn warn_secrets(build: &Build) {
     let secrets: Vec<String> = build
         .objects()
-        .filter(|o| o.key.group.is_empty() && o.key.kind == "Secret")
+        .filter(|o| o.key.group_kind() == kix_manifest::group_kind::SECRET)
         // A Secret decrypted from a package's SOPS file is not in the store.
         .filter(|o| !kix_manifest::secrets::is_decrypted(o))
         .map(|o| o.key.to_string())

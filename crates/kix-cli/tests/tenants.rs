@@ -782,6 +782,33 @@ async fn the_operator_acts_for_each_record_as_its_account() {
         "tenant b's ConfigMap is untouched"
     );
 
+    // A record of tenant a's pointing at a build that acts as b's account:
+    // a record cannot borrow another team's account through a build.
+    let borrowing = tenant_tree(&dir.path().join("a3"), &cluster_a, &ns_b, None);
+    let mut spec = applied_a.spec.clone();
+    spec.source.path = borrowing;
+    let mark = common::audit_mark(&cp_dir);
+    let name = write_record(&env.client, &cluster_a, spec).await;
+    let refused = settled(&env.client, &name).await;
+    let message = refused
+        .status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default();
+    assert_eq!(refused.phase(), Some(kix_api::Phase::Failed), "{message}");
+    assert!(
+        message.contains(&format!(
+            "the build acts as ServiceAccount {ns_b}/kix, the record as {ns_a}/kix: nothing was changed"
+        )),
+        "{message}"
+    );
+    let writes: Vec<_> = writes_as(mark, &user_b)
+        .into_iter()
+        .chain(writes_as(mark, &user_a))
+        .filter(|(w, _)| w.contains("configmaps"))
+        .collect();
+    assert!(writes.is_empty(), "no ConfigMap written for it: {writes:?}");
+
     // A record naming no account: refused under --require-service-account.
     let build_none = {
         let root = dir.path().join("none");

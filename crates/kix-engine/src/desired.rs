@@ -72,11 +72,11 @@ impl Desired {
     }
 
     pub fn is_crd(&self) -> bool {
-        self.key.kind == "CustomResourceDefinition" && self.key.group == "apiextensions.k8s.io"
+        self.key.group_kind() == kix_manifest::group_kind::CUSTOM_RESOURCE_DEFINITION
     }
 
     pub fn is_namespace(&self) -> bool {
-        self.key.kind == "Namespace" && self.key.group.is_empty()
+        self.key.group_kind() == kix_manifest::group_kind::NAMESPACE
     }
 }
 

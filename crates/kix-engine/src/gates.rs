@@ -1,12 +1,26 @@
 //! The gates: every rule that may refuse or hold a change, each a function
 //! of plan values and the consents given, returning a typed verdict.
 //!
-//! Every executor asks these functions (the CLI's deploy, rollback and gc,
-//! the operator); none re-implements a rule. A new rule (plaintext Secrets,
-//! a tenant's rights, a run-once Job, a fleet's budget) is a new function
-//! here, with its verdicts tested on values below. Pure: no client, no I/O.
+//! Every executor asks these functions (the CLI's deploy, rollback, gc,
+//! build, validate and declare, the fleet, the operator); none
+//! re-implements a rule. A new rule is a new function here, with its
+//! verdicts tested on values below. Pure: no client, no I/O.
+//!
+//! - On the plan ([`Refusal`]): [`deploy`] asks, in order,
+//!   [`current_activation`], [`rights`], [`conflicts`],
+//!   [`crd_stored_versions`], [`destructive`], [`empty_build`] and
+//!   [`deletion_budget`]; a host's declaration asks [`accepted_by_host`];
+//!   the sealed plan [`confirmed`], [`consented`] and [`saved_plan`].
+//! - On the build, before it is planned ([`BuildRefusal`]):
+//!   [`plaintext_secrets`], [`allow_list`], [`acting_account`] and
+//!   [`build_account`].
+//! - Holds (a change the plan leaves out): [`ran_once`], a Job that
+//!   completed for this build.
 
-use kix_api::Accepted;
+use std::collections::{BTreeMap, BTreeSet};
+
+use kix_api::{Accepted, ServiceAccountRef};
+use kix_manifest::{Build, ObjectKey, group_kind};
 
 use crate::budget::{BudgetCheck, DeletionConsent};
 use crate::plan_value::Plan;
@@ -199,6 +213,197 @@ pub fn saved_plan(
         now: plan.digest.clone(),
         changes: changes(),
     })
+}
+
+/// A host's declaration (`kix declare --accept`, the NixOS module's
+/// `acceptMigrations`): every line of the plan's `needs_acceptance` must be
+/// named by an entry, an entry naming the lines that start with its words.
+pub fn accepted_by_host(plan: &Plan, accepted: &[String]) -> Verdict {
+    lines_accepted(plan.needs_acceptance(), accepted)
+}
+
+fn lines_accepted(needed: Vec<String>, accepted: &[String]) -> Verdict {
+    let names = |entry: &str, line: &str| {
+        let entry: Vec<&str> = entry.split_whitespace().collect();
+        !entry.is_empty() && line.split_whitespace().take(entry.len()).eq(entry)
+    };
+    let refused: Vec<String> = needed
+        .into_iter()
+        .filter(|line| !accepted.iter().any(|entry| names(entry, line)))
+        .collect();
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(Refusal::NeedsAcceptance(refused))
+    }
+}
+
+// ---------------------------------------------------------------- the build
+
+/// Why a build is refused before it is planned: nothing is changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildRefusal {
+    /// Plain Secrets with values in packages that do not allow them.
+    #[error(
+        "the build has plain Secrets with values ({}): the Nix store is world-readable, so every \
+         user of this machine (and of every machine the path is copied to) can read them. \
+         Encrypt them with sops and give the files as `packages.<p>.secrets` (see \
+         docs/secrets.md), or set `allowPlaintextSecrets = true` on package {} for a test \
+         cluster",
+        .objects.join(", "),
+        .packages.join(", ")
+    )]
+    PlaintextSecrets {
+        objects: Vec<String>,
+        packages: Vec<String>,
+    },
+    /// Objects outside the operator's allow-list (`"<object>: <why>"`).
+    #[error("the build is outside this operator's allow-list: {}", first_ten(.0))]
+    OutsideAllowList(Vec<String>),
+    /// A record naming no account, where one is required.
+    #[error(
+        "the record names no ServiceAccount (spec.serviceAccount) and this operator runs with \
+         --require-service-account: nothing was changed"
+    )]
+    AccountRequired,
+    /// The build declares another account than the one acting for it.
+    #[error(
+        "the build acts as ServiceAccount {}, the record as {}: nothing was changed",
+        shown(.build.as_ref()),
+        shown(.acting.as_ref())
+    )]
+    AccountMismatch {
+        build: Option<ServiceAccountRef>,
+        acting: Option<ServiceAccountRef>,
+    },
+}
+
+fn first_ten(lines: &[String]) -> String {
+    lines
+        .iter()
+        .take(10)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn shown(account: Option<&ServiceAccountRef>) -> String {
+    account.map_or_else(
+        || "the operator's own account".to_string(),
+        ToString::to_string,
+    )
+}
+
+/// The Nix store is world-readable: a plain Secret with values is refused
+/// unless its package allows it (`allowPlaintextSecrets`). `kix build` and
+/// `kix validate` ask it.
+pub fn plaintext_secrets(build: &Build) -> Verdict<BuildRefusal> {
+    let plain = build.plaintext_secrets();
+    if plain.is_empty() {
+        return Ok(());
+    }
+    let mut packages: Vec<String> = plain.iter().map(|o| o.package.clone()).collect();
+    packages.dedup();
+    Err(BuildRefusal::PlaintextSecrets {
+        objects: plain.iter().map(|o| o.key.to_string()).collect(),
+        packages,
+    })
+}
+
+/// What an operator may apply (its least-privilege mode). Empty sets allow
+/// all.
+#[derive(Debug, Default, Clone)]
+pub struct AllowList {
+    pub namespaces: BTreeSet<String>,
+    /// `Kind` for the core group, `Kind.group` otherwise.
+    pub kinds: BTreeSet<String>,
+}
+
+/// Every object of the build is of an allowed kind, in an allowed
+/// namespace (a Namespace is in itself; a cluster-scoped object is in none).
+pub fn allow_list(build: &Build, allow: &AllowList) -> Verdict<BuildRefusal> {
+    let outside: Vec<String> = build
+        .objects()
+        .filter_map(|object| outside_allow_list(&object.key, allow))
+        .collect();
+    if outside.is_empty() {
+        Ok(())
+    } else {
+        Err(BuildRefusal::OutsideAllowList(outside))
+    }
+}
+
+fn outside_allow_list(key: &ObjectKey, allow: &AllowList) -> Option<String> {
+    let kind = key.group_kind().to_string();
+    if !allow.kinds.is_empty() && !allow.kinds.contains(&kind) {
+        return Some(format!("{key}: kind {kind} is not allowed"));
+    }
+    if allow.namespaces.is_empty() {
+        return None;
+    }
+    let namespace = if key.group_kind() == group_kind::NAMESPACE {
+        Some(&key.name)
+    } else {
+        key.namespace.as_ref()
+    };
+    match namespace {
+        Some(ns) if allow.namespaces.contains(ns) => None,
+        Some(ns) => Some(format!("{key}: namespace {ns} is not allowed")),
+        None => Some(format!("{key}: cluster-scoped objects are not allowed")),
+    }
+}
+
+/// Whom an operator acts as for a record: the account it names, else the
+/// default; refused when none is named and one is required
+/// (`--require-service-account`).
+pub fn acting_account(
+    named: Option<&ServiceAccountRef>,
+    default: Option<&ServiceAccountRef>,
+    required: bool,
+) -> Result<Option<ServiceAccountRef>, BuildRefusal> {
+    match (named, default) {
+        (Some(account), _) => Ok(Some(account.clone())),
+        (None, _) if required => Err(BuildRefusal::AccountRequired),
+        (None, default) => Ok(default.cloned()),
+    }
+}
+
+/// A build must act as the account acting for it: a record cannot borrow
+/// another team's account by pointing at a build that names it. A build
+/// that names none acts as whoever acts for it.
+pub fn build_account(build: &Build, acting: Option<&ServiceAccountRef>) -> Verdict<BuildRefusal> {
+    let declared = crate::plan_value::declared_account(&build.settings);
+    if declared.is_none() || declared.as_ref() == acting {
+        return Ok(());
+    }
+    Err(BuildRefusal::AccountMismatch {
+        build: declared,
+        acting: acting.cloned(),
+    })
+}
+
+// ---------------------------------------------------------------- holds
+
+/// Jobs of a Kix cluster that completed, by `<namespace>/<name>`, with the
+/// digest they completed with.
+pub type CompletedJobs = BTreeMap<String, String>;
+
+/// The entry of a Job in [`CompletedJobs`].
+pub fn completed_entry(key: &ObjectKey) -> String {
+    format!(
+        "{}/{}",
+        key.namespace.as_deref().unwrap_or_default(),
+        key.name
+    )
+}
+
+/// Jobs run once per build: a Job that completed with this digest is held
+/// (neither created again nor waited for). A changed Job runs again.
+pub fn ran_once(completed: &CompletedJobs, key: &ObjectKey, digest: &str) -> bool {
+    key.group_kind() == group_kind::JOB
+        && completed
+            .get(&completed_entry(key))
+            .is_some_and(|d| d == digest)
 }
 
 #[cfg(test)]
@@ -535,5 +740,239 @@ mod tests {
             moved.to_string().contains("+ create ConfigMap web/x"),
             "{moved}"
         );
+    }
+
+    // ------------------------------------------------------------ the build
+
+    fn build_of(objects: Vec<(&str, serde_json::Value)>, plain_allowed: bool) -> Build {
+        let objects = objects
+            .into_iter()
+            .map(|(package, manifest)| {
+                let key = ObjectKey::from_manifest(&manifest).expect("a key");
+                let text = manifest.to_string();
+                kix_manifest::Object::new(key, &manifest, text, "x.yaml".into(), 0, package.into())
+            })
+            .collect::<Vec<_>>();
+        let mut packages: Vec<kix_manifest::Package> = Vec::new();
+        for object in objects {
+            match packages.iter_mut().find(|p| p.name == object.package) {
+                Some(p) => p.objects.push(object),
+                None => packages.push(kix_manifest::Package {
+                    name: object.package.clone(),
+                    version: "1.0.0".into(),
+                    depends_on: vec![],
+                    namespace: Some("web".into()),
+                    migrations: vec![],
+                    handoff: vec![],
+                    objects: vec![object],
+                }),
+            }
+        }
+        let allowed = packages
+            .iter()
+            .filter(|_| plain_allowed)
+            .map(|p| p.name.clone())
+            .collect();
+        Build {
+            root: "/nix/store/x".into(),
+            cluster: "prod".into(),
+            format: 1,
+            settings: Default::default(),
+            health: Vec::new(),
+            dropped: Vec::new(),
+            packages,
+            secrets: Vec::new(),
+            plaintext_secrets_allowed: allowed,
+            secrets_decrypted: false,
+            secret_digest_keys: Default::default(),
+        }
+    }
+
+    fn manifest(kind: &str, namespace: Option<&str>, name: &str) -> serde_json::Value {
+        let (api_version, kind) = kind.rsplit_once('/').unwrap_or(("v1", kind));
+        let mut m = serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}});
+        if let Some(ns) = namespace {
+            m["metadata"]["namespace"] = ns.into();
+        }
+        m
+    }
+
+    #[test]
+    fn a_plain_secret_with_values_is_refused_unless_its_package_allows_it() {
+        let mut secret = manifest("Secret", Some("web"), "db");
+        secret["stringData"] = serde_json::json!({"password": "hunter2"});
+        let mut token = manifest("Secret", Some("web"), "token");
+        token["type"] = "kubernetes.io/service-account-token".into();
+        let mut config = manifest("ConfigMap", Some("web"), "db");
+        config["data"] = serde_json::json!({"password": "not a secret"});
+        let objects = vec![("web", secret), ("web", token), ("api", config)];
+        let refusal = plaintext_secrets(&build_of(objects.clone(), false)).expect_err("refused");
+        assert_eq!(
+            refusal,
+            BuildRefusal::PlaintextSecrets {
+                objects: vec!["Secret web/db".into()],
+                packages: vec!["web".into()]
+            }
+        );
+        let text = refusal.to_string();
+        assert!(text.contains("(Secret web/db)"), "{text}");
+        assert!(text.contains("on package web for a test"), "{text}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert_eq!(plaintext_secrets(&build_of(objects, true)), Ok(()));
+    }
+
+    #[test]
+    fn the_allow_list_names_each_object_outside_it() {
+        let build = build_of(
+            vec![
+                ("web", manifest("ConfigMap", Some("web"), "ok")),
+                ("web", manifest("ConfigMap", Some("other"), "elsewhere")),
+                ("web", manifest("Namespace", None, "web")),
+                ("web", manifest("Namespace", None, "other")),
+                ("web", manifest("apps/v1/Deployment", Some("web"), "api")),
+                (
+                    "web",
+                    manifest("rbac.authorization.k8s.io/v1/ClusterRole", None, "admin"),
+                ),
+            ],
+            false,
+        );
+        assert_eq!(allow_list(&build, &AllowList::default()), Ok(()));
+        let allow = AllowList {
+            namespaces: ["web".to_string()].into(),
+            kinds: [
+                "ConfigMap",
+                "Namespace",
+                "ClusterRole.rbac.authorization.k8s.io",
+            ]
+            .map(String::from)
+            .into(),
+        };
+        let refusal = allow_list(&build, &allow).expect_err("outside");
+        assert_eq!(
+            refusal,
+            BuildRefusal::OutsideAllowList(vec![
+                "ConfigMap other/elsewhere: namespace other is not allowed".into(),
+                "Namespace/other: namespace other is not allowed".into(),
+                "Deployment.apps web/api: kind Deployment.apps is not allowed".into(),
+                "ClusterRole.rbac.authorization.k8s.io/admin: cluster-scoped objects are not allowed"
+                    .into(),
+            ])
+        );
+        assert!(
+            refusal
+                .to_string()
+                .starts_with("the build is outside this operator's allow-list: ConfigMap other/"),
+            "{refusal}"
+        );
+        // However many there are, the message names ten.
+        let many = BuildRefusal::OutsideAllowList((0..25).map(|i| format!("<{i}>")).collect());
+        let text = many.to_string();
+        assert!(text.ends_with("<8>; <9>"), "{text}");
+        assert_eq!(text.matches('<').count(), 10, "{text}");
+    }
+
+    fn account(text: &str) -> ServiceAccountRef {
+        ServiceAccountRef::parse(text).expect("an account")
+    }
+
+    #[test]
+    fn a_record_acts_as_its_account_else_the_default_else_is_refused_when_one_is_required() {
+        let (a, default) = (account("a/kix"), account("kix-system/tenant"));
+        assert_eq!(acting_account(Some(&a), None, false), Ok(Some(a.clone())));
+        assert_eq!(acting_account(None, None, false), Ok(None));
+        assert_eq!(
+            acting_account(None, Some(&default), false),
+            Ok(Some(default.clone()))
+        );
+        assert_eq!(
+            acting_account(Some(&a), Some(&default), true),
+            Ok(Some(a.clone()))
+        );
+        let refused = acting_account(None, Some(&default), true).expect_err("required");
+        assert_eq!(refused, BuildRefusal::AccountRequired);
+        assert!(
+            refused.to_string().contains("--require-service-account"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_build_acts_only_as_the_account_acting_for_it() {
+        let mut build = build_of(vec![], false);
+        let (a, b) = (account("a/kix"), account("b/kix"));
+        assert_eq!(build_account(&build, None), Ok(()));
+        assert_eq!(build_account(&build, Some(&a)), Ok(()));
+        build.settings.service_account = Some(kix_manifest::ServiceAccount {
+            namespace: "a".into(),
+            name: "kix".into(),
+        });
+        assert_eq!(build_account(&build, Some(&a)), Ok(()));
+        let refused = build_account(&build, Some(&b)).expect_err("another account");
+        assert_eq!(
+            refused.to_string(),
+            "the build acts as ServiceAccount a/kix, the record as b/kix: nothing was changed"
+        );
+        let refused = build_account(&build, None).expect_err("the operator's own");
+        assert!(
+            refused
+                .to_string()
+                .contains("the record as the operator's own account"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_host_accepts_line_by_line_by_whole_words() {
+        let needed = || {
+            vec![
+                "migration web 1.0.0 -> 2.0.0: recreate Deployment web/api".to_string(),
+                "adopt ConfigMap apps/legacy".to_string(),
+                "delete Namespace/old (destructive)".to_string(),
+            ]
+        };
+        let accepted = ["migration web", "adopt ConfigMap apps/leg"].map(String::from);
+        assert_eq!(
+            lines_accepted(needed(), &accepted),
+            Err(Refusal::NeedsAcceptance(vec![
+                "adopt ConfigMap apps/legacy".into(),
+                "delete Namespace/old (destructive)".into()
+            ]))
+        );
+        let all = [
+            "migration web",
+            "adopt ConfigMap apps/legacy",
+            "delete Namespace/old",
+        ]
+        .map(String::from);
+        assert_eq!(lines_accepted(needed(), &all), Ok(()));
+        // An empty entry accepts nothing.
+        assert!(lines_accepted(needed(), &[" ".to_string()]).is_err());
+        // On a plan: its destructive deletions are what a host must name.
+        let plan = plan(unchanged(1), vec![]);
+        assert_eq!(accepted_by_host(&plan, &[]), Ok(()));
+    }
+
+    // ------------------------------------------------------------ holds
+
+    #[test]
+    fn a_job_that_completed_with_its_digest_is_held() {
+        let job = |name: &str| ObjectKey {
+            group: "batch".into(),
+            kind: "Job".into(),
+            namespace: Some("web".into()),
+            name: name.into(),
+        };
+        let completed = CompletedJobs::from([("web/create".to_owned(), "d1".to_owned())]);
+        assert!(ran_once(&completed, &job("create"), "d1"));
+        assert!(
+            !ran_once(&completed, &job("create"), "d2"),
+            "a changed Job runs again"
+        );
+        assert!(!ran_once(&completed, &job("patch"), "d1"));
+        let mut config_map = job("create");
+        config_map.group = String::new();
+        config_map.kind = "ConfigMap".into();
+        assert!(!ran_once(&completed, &config_map, "d1"));
     }
 }

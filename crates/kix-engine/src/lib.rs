@@ -14,21 +14,21 @@
 //!   [`budget`], [`seal`] (the digest and what a user accepts),
 //!   [`refusals`], [`changes`] (what the stages did), [`diff`].
 //! - **A rule that may refuse or hold a change** (a gate): a function of
-//!   plan values and consents in [`gates`], returning a typed
-//!   [`gates::Refusal`], tested there on values; every executor (deploy,
-//!   rollback, gc, the operator, the fleet) calls it. Never a check of its
-//!   own in an executor.
+//!   plan values (or of the build, before it is planned) and consents in
+//!   [`gates`], returning a typed [`gates::Refusal`] or
+//!   [`gates::BuildRefusal`], tested there on values; every executor
+//!   (deploy, rollback, gc, build, validate, declare, the fleet, the
+//!   operator) calls it. Never a check of its own in an executor.
 //! - **Reading the cluster into values**: [`plan`] (the planner), [`live`],
 //!   [`resources`] (discovery), [`records`], [`crd_upgrade`], [`contents`],
 //!   [`status`].
 //! - **A stage** (writes the cluster): `apply.rs` (a group's server-side
 //!   applies, with [`ownership`], then its wait, with [`wait`]), [`prune`],
 //!   [`migrations`]; each returns a [`changes::ChangeSet`] and takes its own
-//!   settings (`ApplyStage`, `PruneOptions`), never the deploy's options or
-//!   state; [`deploy`] orders them,
-//!   merges their change sets and writes the record
-//!   ([`changes::ChangeSet::record`]). [`gc`] and [`retire`] for retired
-//!   records.
+//!   settings (`ApplyStage`, `MigrationStage`, `PruneOptions`), never the
+//!   deploy's options or state; [`deploy`] orders them, merges their change
+//!   sets and writes the record ([`changes::ChangeSet::record`]). [`gc`]
+//!   and [`retire`] for retired records.
 //! - **Health**: [`health`] (the kix-health crate's rules: a new health rule
 //!   goes there, or in the build's own CEL rules).
 //! - Leases: [`lease`]; events the front ends render: [`events`];

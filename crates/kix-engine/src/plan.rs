@@ -498,7 +498,7 @@ async fn unlabelled_named(
 /// create, adopt, update or unchanged (digest, drift, legacy manager).
 fn classify(d: &Desired, observed: &Observed, ctx: &Ctx, options: &PlanOptions) -> PlannedObject {
     let deletion = observed.any(&d.key).and_then(|l| l.deletion.clone());
-    let completed = crate::health::completed::holds(&ctx.completed_jobs, &d.key, &d.digest);
+    let completed = crate::gates::ran_once(&ctx.completed_jobs, &d.key, &d.digest);
     let (action, mut activations, note, legacy) =
         match observed.live.get(&d.key).filter(|l| l.owned) {
             // A Job that ran to completion for this manifest, removed (or

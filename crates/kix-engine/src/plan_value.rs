@@ -349,3 +349,15 @@ impl CrdUpgrade {
 pub fn refusals(upgrades: &[CrdUpgrade]) -> Vec<String> {
     upgrades.iter().filter_map(CrdUpgrade::refusal).collect()
 }
+
+/// The ServiceAccount a build's settings name, as a record names it: whom
+/// the build acts as.
+pub fn declared_account(settings: &kix_manifest::Settings) -> Option<kix_api::ServiceAccountRef> {
+    settings
+        .service_account
+        .as_ref()
+        .map(|account| kix_api::ServiceAccountRef {
+            namespace: account.namespace.clone(),
+            name: account.name.clone(),
+        })
+}

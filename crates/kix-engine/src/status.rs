@@ -484,12 +484,10 @@ fn by_package(
         );
         let verdict = match mine_live.get(&d.key) {
             // Removed after it finished (its TTL): it ran for this build.
-            None if crate::health::completed::holds(completed_jobs, &d.key, &d.digest) => {
-                Verdict::of(
-                    HealthState::Ready,
-                    Some("completed; removed after it finished".into()),
-                )
-            }
+            None if crate::gates::ran_once(completed_jobs, &d.key, &d.digest) => Verdict::of(
+                HealthState::Ready,
+                Some("completed; removed after it finished".into()),
+            ),
             None => Verdict::of(HealthState::Missing, None),
             Some(l) => l.verdict.clone(),
         };

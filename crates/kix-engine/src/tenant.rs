@@ -8,16 +8,7 @@
 use kix_api::ServiceAccountRef;
 use kube::{Client, Config};
 
-/// The ServiceAccount a build's settings name, as a record names it.
-pub fn declared_account(settings: &kix_manifest::Settings) -> Option<ServiceAccountRef> {
-    settings
-        .service_account
-        .as_ref()
-        .map(|account| ServiceAccountRef {
-            namespace: account.namespace.clone(),
-            name: account.name.clone(),
-        })
-}
+pub use crate::plan_value::declared_account;
 
 /// `config` acting as `account` (impersonation headers on every request;
 /// the apiserver adds the account's groups), or unchanged for `None`.

@@ -550,6 +550,40 @@ fn no_function_in_crates_src_is_over_120_lines() {
     );
 }
 
+/// A kind is matched as a `GroupKind` (`kix_manifest::group_kind`), never
+/// as a string literal: `kind == "Secret"` matches a Secret of any group.
+#[test]
+fn kinds_are_matched_by_group_kind_not_by_string_literals() {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(crates_dir()).expect("crates").flatten() {
+        rust_files(&entry.path().join("src"), &mut files);
+    }
+    let mut found = Vec::new();
+    for file in &files {
+        let text = fs::read_to_string(file).unwrap_or_default();
+        let rel = file.strip_prefix(crates_dir()).unwrap_or(file);
+        for (n, line) in without_tests(&text).lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            let literal_kind = line.match_indices("kind == \"").any(|(at, m)| {
+                line[at + m.len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_uppercase())
+            });
+            if literal_kind {
+                found.push(format!("{}:{}: {}", rel.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "kinds matched as string literals (use kix_manifest::group_kind):\n  {}",
+        found.join("\n  ")
+    );
+}
+
 #[test]
 fn the_scanner_sees_what_the_checks_rely_on() {
     let code = code_only(

@@ -27,6 +27,7 @@ pub const POD: GroupKind<'static> = GroupKind::new("", "Pod");
 pub const CONFIG_MAP: GroupKind<'static> = GroupKind::new("", "ConfigMap");
 pub const SECRET: GroupKind<'static> = GroupKind::new("", "Secret");
 pub const SERVICE_ACCOUNT: GroupKind<'static> = GroupKind::new("", "ServiceAccount");
+pub const JOB: GroupKind<'static> = GroupKind::new("batch", "Job");
 
 /// `Kind`, or `Kind.group` beside the core group: `Deployment.apps`.
 impl fmt::Display for GroupKind<'_> {

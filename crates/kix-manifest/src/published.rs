@@ -141,9 +141,10 @@ pub(crate) fn drop_custom_status(
 /// with a status subresource.
 fn crd_status_versions(packages: &[Package]) -> BTreeSet<(String, String, String)> {
     let mut out = BTreeSet::new();
-    let crds = packages.iter().flat_map(|p| &p.objects).filter(|o| {
-        o.key.group == "apiextensions.k8s.io" && o.key.kind == "CustomResourceDefinition"
-    });
+    let crds = packages
+        .iter()
+        .flat_map(|p| &p.objects)
+        .filter(|o| o.key.group_kind() == crate::group_kind::CUSTOM_RESOURCE_DEFINITION);
     for crd in crds {
         let crd = crd.manifest();
         let text = |pointer: &str| {

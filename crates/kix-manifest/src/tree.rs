@@ -324,7 +324,7 @@ impl Build {
             .iter()
             .filter(|p| !self.plaintext_secrets_allowed.contains(&p.name))
             .flat_map(|p| &p.objects)
-            .filter(|o| o.key.group.is_empty() && o.key.kind == "Secret")
+            .filter(|o| o.key.group_kind() == crate::group_kind::SECRET)
             .filter(|o| !crate::secrets::is_decrypted(o) && has_values(o))
             .collect()
     }

@@ -48,47 +48,6 @@ impl ReconcileError {
     }
 }
 
-/// What the operator may apply (its least-privilege mode). Empty sets allow all.
-#[derive(Debug, Default, Clone)]
-pub struct AllowList {
-    pub namespaces: BTreeSet<String>,
-    /// `Kind` for the core group, `Kind.group` otherwise.
-    pub kinds: BTreeSet<String>,
-}
-
-impl AllowList {
-    /// The objects of `build` outside the allow-list, with the reason.
-    pub fn violations(&self, build: &kix_manifest::Build) -> Vec<String> {
-        let mut out = Vec::new();
-        for object in build.objects() {
-            let key = &object.key;
-            let kind = if key.group.is_empty() {
-                key.kind.clone()
-            } else {
-                format!("{}.{}", key.kind, key.group)
-            };
-            if !self.kinds.is_empty() && !self.kinds.contains(&kind) {
-                out.push(format!("{key}: kind {kind} is not allowed"));
-                continue;
-            }
-            if self.namespaces.is_empty() {
-                continue;
-            }
-            let namespace = if key.group.is_empty() && key.kind == "Namespace" {
-                Some(&key.name)
-            } else {
-                key.namespace.as_ref()
-            };
-            match namespace {
-                Some(ns) if self.namespaces.contains(ns) => {}
-                Some(ns) => out.push(format!("{key}: namespace {ns} is not allowed")),
-                None => out.push(format!("{key}: cluster-scoped objects are not allowed")),
-            }
-        }
-        out
-    }
-}
-
 pub struct Context {
     pub client: Client,
     pub metrics: Arc<Metrics>,
@@ -98,7 +57,7 @@ pub struct Context {
     pub lease_namespace: String,
     /// Kix clusters this operator manages; empty: all.
     pub clusters: BTreeSet<String>,
-    pub allow: AllowList,
+    pub allow: gates::AllowList,
     /// Kix cluster → its current operator record; record → cluster. Lets the
     /// watches on owned objects find the record to reconcile.
     pub current: Mutex<BTreeMap<String, String>>,
@@ -282,7 +241,9 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     };
     // Every request for the record from here on acts as its account.
     let acting = match ctx.tenants.for_record(&record).and_then(|acting| {
-        crate::tenant::check_build(&build, acting.account.as_ref()).map(|()| acting)
+        gates::build_account(&build, acting.account.as_ref())
+            .map(|()| acting)
+            .map_err(|refusal| refusal.to_string())
     }) {
         Ok(acting) => acting,
         Err(reason) => return fail(ctx, &record, reason).await,
@@ -496,14 +457,7 @@ async fn read_build(
         };
         return Err(format!("reading {path}: {err}"));
     }
-    let violations = ctx.allow.violations(&build);
-    if !violations.is_empty() {
-        let shown: Vec<&str> = violations.iter().take(10).map(String::as_str).collect();
-        return Err(format!(
-            "the build is outside this operator's allow-list: {}",
-            shown.join("; ")
-        ));
-    }
+    gates::allow_list(&build, &ctx.allow).map_err(|refusal| refusal.to_string())?;
     Ok((path, build))
 }
 

@@ -218,7 +218,7 @@ fn context(
         holder: identity.to_string(),
         lease_namespace: args.lease_namespace.clone(),
         clusters: args.clusters.iter().cloned().collect(),
-        allow: controller::AllowList {
+        allow: kix_engine::gates::AllowList {
             namespaces: args.allow_namespaces.iter().cloned().collect(),
             kinds: args.allow_kinds.iter().cloned().collect(),
         },

@@ -46,17 +46,15 @@ impl Tenants {
         }
     }
 
-    /// The account a record acts as, or why it may not act at all.
+    /// The account a record acts as, or why it may not act at all
+    /// ([`kix_engine::gates::acting_account`]).
     pub fn account_of(&self, record: &Activation) -> Result<Option<ServiceAccountRef>, String> {
-        match (&record.spec.service_account, &self.default) {
-            (Some(account), _) => Ok(Some(account.clone())),
-            (None, _) if self.require => Err(
-                "the record names no ServiceAccount (spec.serviceAccount) and this operator \
-                 runs with --require-service-account: nothing was changed"
-                    .to_string(),
-            ),
-            (None, default) => Ok(default.clone()),
-        }
+        kix_engine::gates::acting_account(
+            record.spec.service_account.as_ref(),
+            self.default.as_ref(),
+            self.require,
+        )
+        .map_err(|refusal| refusal.to_string())
     }
 
     /// The client for a record ([`Tenants::account_of`]).
@@ -82,29 +80,6 @@ impl Tenants {
         clients.insert(account.clone(), client.clone());
         Ok(client)
     }
-}
-
-/// A build must act as the account its record acts as: a record cannot
-/// borrow another team's account by pointing at a build that names it.
-pub fn check_build(
-    build: &kix_manifest::Build,
-    acting: Option<&ServiceAccountRef>,
-) -> Result<(), String> {
-    let declared = kix_engine::tenant::declared_account(&build.settings);
-    if declared.is_none() || declared.as_ref() == acting {
-        return Ok(());
-    }
-    let shown = |a: Option<&ServiceAccountRef>| {
-        a.map_or_else(
-            || "the operator's own account".to_string(),
-            ToString::to_string,
-        )
-    };
-    Err(format!(
-        "the build acts as ServiceAccount {}, the record as {}: nothing was changed",
-        shown(declared.as_ref()),
-        shown(acting)
-    ))
 }
 
 #[cfg(test)]

@@ -105,9 +105,7 @@ impl Validator {
         };
         let mut errors = Vec::new();
         for object in objects {
-            if object.key.group == "apiextensions.k8s.io"
-                && object.key.kind == "CustomResourceDefinition"
-            {
+            if object.key.group_kind() == kix_manifest::group_kind::CUSTOM_RESOURCE_DEFINITION {
                 validator.add_crd(&object.manifest(), &object.key.name, &mut errors);
             }
         }

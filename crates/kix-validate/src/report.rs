@@ -119,10 +119,10 @@ pub fn validate_build(build: &Build, version: Option<&str>) -> Result<Report, Ca
     let mut findings = Vec::new();
     let mut lines = Lines::default();
     for error in crd_errors {
-        if let Some(crd) = build
-            .objects()
-            .find(|o| o.key.kind == "CustomResourceDefinition" && o.key.name == error.crd)
-        {
+        if let Some(crd) = build.objects().find(|o| {
+            o.key.group_kind() == kix_manifest::group_kind::CUSTOM_RESOURCE_DEFINITION
+                && o.key.name == error.crd
+        }) {
             findings.push(finding(
                 &mut lines,
                 build,

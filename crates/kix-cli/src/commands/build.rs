@@ -11,7 +11,7 @@ use kix_nix::StorePath;
 use serde::Serialize;
 
 use super::{GlobalArgs, OutputFormat};
-use crate::source::{SourceArgs, refuse_plaintext_secrets};
+use crate::source::SourceArgs;
 use crate::validation::{self, VersionArg};
 
 #[derive(Debug, Args)]
@@ -44,7 +44,8 @@ pub async fn exec(args: BuildArgs, global: &GlobalArgs) -> anyhow::Result<ExitCo
         .source
         .build_and_read(&args.cluster, global, &args.nix_args)
         .await?;
-    refuse_plaintext_secrets(&build)?;
+    // The Nix store is world-readable.
+    kix_engine::gates::plaintext_secrets(&build)?;
     let validation = if args.no_validate {
         None
     } else {

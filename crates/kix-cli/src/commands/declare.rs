@@ -20,6 +20,7 @@ use kix_api::labels::ANNOTATION_DECLARED_BY;
 use kix_api::{Activation, Phase};
 use kix_engine::budget::DeletionConsent;
 use kix_engine::deploy::{DeployOptions, ReceiptInfo};
+use kix_engine::gates::{self, Refusal};
 use kix_manifest::StorePath;
 use kube::ResourceExt;
 
@@ -96,21 +97,6 @@ pub fn decide(records: &[Activation], cluster: &str, path: &str) -> Declaration 
         },
         None => Declaration::Deploy,
     }
-}
-
-/// The lines of `needed` (the plan's `needs_acceptance`) that no `accepted`
-/// entry names: an entry names a line that starts with it, word for word.
-pub fn unaccepted<'a>(needed: &'a [String], accepted: &[String]) -> Vec<&'a str> {
-    needed
-        .iter()
-        .map(String::as_str)
-        .filter(|line| !accepted.iter().any(|entry| names(entry, line)))
-        .collect()
-}
-
-fn names(entry: &str, line: &str) -> bool {
-    let entry: Vec<&str> = entry.split_whitespace().collect();
-    !entry.is_empty() && line.split_whitespace().take(entry.len()).eq(entry)
 }
 
 pub async fn exec(args: DeclareArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
@@ -200,7 +186,7 @@ pub async fn exec(args: DeclareArgs, global: &GlobalArgs) -> anyhow::Result<Exit
         ..DeployOptions::default()
     };
     let annotations = BTreeMap::from([(ANNOTATION_DECLARED_BY.to_string(), host)]);
-    if let Some(reason) = refusal(&plan, &build, &options, &args, &needed) {
+    if let Some(reason) = refusal(&plan, &build, &options, &args) {
         let spec = kix_engine::deploy::activation_spec(&plan, &options);
         let note = record_refusal(&client, &records, &plan, spec, annotations, &reason).await;
         bail!("{reason}{note}");
@@ -221,10 +207,8 @@ fn refusal(
     build: &kix_manifest::Build,
     options: &DeployOptions,
     args: &DeclareArgs,
-    needed: &[String],
 ) -> Option<String> {
-    let refused = unaccepted(needed, &args.accept);
-    if !refused.is_empty() {
+    if let Err(Refusal::NeedsAcceptance(refused)) = gates::accepted_by_host(plan, &args.accept) {
         return Some(format!(
             "the plan needs acceptance the host did not give: {}; nothing was changed (name each in services.kix-operator.clusters.{}.acceptMigrations, or `kix declare --accept`)",
             refused.join("; "),
@@ -415,33 +399,5 @@ mod tests {
         assert_eq!(other_host_warning(&by_cli, "edge"), None);
         let other = other_host_warning(&declared, "core").expect("a warning");
         assert!(other.contains("by NixOS host edge too"), "{other}");
-    }
-
-    #[test]
-    fn acceptance_is_given_line_by_line_by_whole_words() {
-        let needed = vec![
-            "migration web 1.0.0 -> 2.0.0: recreate Deployment web/api".to_string(),
-            "adopt ConfigMap apps/legacy".to_string(),
-            "delete Namespace/old (destructive)".to_string(),
-        ];
-        let accepted = vec![
-            "migration web".to_string(),
-            "adopt ConfigMap apps/leg".to_string(),
-        ];
-        assert_eq!(
-            unaccepted(&needed, &accepted),
-            vec![
-                "adopt ConfigMap apps/legacy",
-                "delete Namespace/old (destructive)"
-            ]
-        );
-        let all = vec![
-            "migration web".to_string(),
-            "adopt ConfigMap apps/legacy".to_string(),
-            "delete Namespace/old".to_string(),
-        ];
-        assert!(unaccepted(&needed, &all).is_empty());
-        // An empty entry accepts nothing.
-        assert_eq!(unaccepted(&needed, &[" ".to_string()]).len(), 3);
     }
 }

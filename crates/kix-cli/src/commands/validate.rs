@@ -12,7 +12,7 @@ use clap::Args;
 use kix_manifest::{Build, ReadOptions, STORE_DIR};
 
 use super::{GlobalArgs, OutputFormat};
-use crate::source::{SourceArgs, refuse_plaintext_secrets};
+use crate::source::SourceArgs;
 use crate::validation::{VersionArg, exit_code, print_unchecked, verdict};
 
 #[derive(Debug, Args)]
@@ -51,7 +51,8 @@ pub async fn exec(args: ValidateArgs, global: &GlobalArgs) -> anyhow::Result<Exi
         }
         (None, None) => anyhow::bail!("name a Kix cluster or give --path"),
     };
-    refuse_plaintext_secrets(&build)?;
+    // The Nix store is world-readable.
+    kix_engine::gates::plaintext_secrets(&build)?;
     let report = args.version.validate(&build)?;
     let mut stdout = std::io::stdout().lock();
     match args.output {

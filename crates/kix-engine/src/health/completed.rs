@@ -24,19 +24,11 @@ pub const ANNOTATION_COMPLETED_JOBS: &str = "kix.run/completed-jobs";
 /// The plan's note on a completed Job it leaves alone.
 pub const NOTE_COMPLETED: &str = "completed";
 
-/// Completed Jobs by `<namespace>/<name>`, with their digest.
-pub type CompletedJobs = BTreeMap<String, String>;
+pub use crate::gates::CompletedJobs;
+use crate::gates::completed_entry as entry;
 
 pub fn is_job(key: &ObjectKey) -> bool {
-    key.group == "batch" && key.kind == "Job"
-}
-
-fn entry(key: &ObjectKey) -> String {
-    format!(
-        "{}/{}",
-        key.namespace.as_deref().unwrap_or_default(),
-        key.name
-    )
+    key.group_kind() == kix_manifest::group_kind::JOB
 }
 
 /// What a record remembers (nothing when it has no or a garbled annotation).
@@ -57,11 +49,6 @@ pub fn of_cluster(records: &[Activation], cluster: &str) -> CompletedJobs {
         .rev()
         .find_map(of_record)
         .unwrap_or_default()
-}
-
-/// Whether this Job, with this digest, completed.
-pub fn holds(completed: &CompletedJobs, key: &ObjectKey, digest: &str) -> bool {
-    is_job(key) && completed.get(&entry(key)).is_some_and(|d| d == digest)
 }
 
 /// Whether the plan leaves this object alone as a completed Job.
@@ -137,30 +124,6 @@ async fn job_complete(client: &Client, key: &ObjectKey) -> Result<bool, kube::Er
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn key(name: &str) -> ObjectKey {
-        ObjectKey {
-            group: "batch".into(),
-            kind: "Job".into(),
-            namespace: Some("web".into()),
-            name: name.into(),
-        }
-    }
-
-    #[test]
-    fn a_job_completed_with_its_digest_holds() {
-        let completed = CompletedJobs::from([("web/create".to_owned(), "d1".to_owned())]);
-        assert!(holds(&completed, &key("create"), "d1"));
-        assert!(
-            !holds(&completed, &key("create"), "d2"),
-            "a changed Job runs again"
-        );
-        assert!(!holds(&completed, &key("patch"), "d1"));
-        let mut config_map = key("create");
-        config_map.group = String::new();
-        config_map.kind = "ConfigMap".into();
-        assert!(!holds(&completed, &config_map, "d1"));
-    }
 
     #[test]
     fn the_newest_record_that_remembers_is_read() {
