@@ -49,6 +49,20 @@ pub fn applied<'a>(records: &'a [Activation], cluster: &str) -> Option<&'a Activ
         .find(|r| r.phase().is_some_and(Phase::is_applied))
 }
 
+/// Whether `record` was applied and then replaced by `applied` (the
+/// cluster's applied record): Superseded, or Active or Degraded and older
+/// than it. The newer deploy marks it Superseded moments after it settles,
+/// so a rollback right after a deploy finds it either way.
+pub fn was_replaced(record: &Activation, applied: Option<&Activation>) -> bool {
+    match record.phase() {
+        Some(Phase::Superseded) => true,
+        Some(phase) if phase.is_applied() => applied
+            .and_then(Activation::sequence)
+            .is_some_and(|newer| record.sequence().is_some_and(|seq| seq < newer)),
+        _ => false,
+    }
+}
+
 /// The next free sequence number of a cluster.
 pub fn next_sequence(records: &[Activation], cluster: &str) -> u64 {
     of_cluster(records, cluster)
@@ -378,6 +392,44 @@ pub async fn crds_installed(client: &Client) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(seq: u64, phase: Phase) -> Activation {
+        let spec: kix_api::ActivationSpec = serde_json::from_value(serde_json::json!({
+            "cluster": "c", "engine": "local",
+            "source": {"path": "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-x"},
+            "receipt": {"user": "u", "host": "h", "kixVersion": "0",
+                        "time": "2026-01-01T00:00:00Z", "planDigest": "d"}
+        }))
+        .expect("a spec");
+        let mut record = Activation::new_record(seq, spec);
+        record.status = Some(kix_api::ActivationStatus {
+            phase: Some(phase),
+            ..Default::default()
+        });
+        record
+    }
+
+    #[test]
+    fn a_record_older_than_the_applied_one_was_replaced_before_it_is_marked_so() {
+        let applied = record(3, Phase::Active);
+        for (older, replaced) in [
+            (Phase::Superseded, true),
+            (Phase::Active, true),
+            (Phase::Degraded, true),
+            (Phase::Failed, false),
+            (Phase::Pending, false),
+        ] {
+            assert_eq!(
+                was_replaced(&record(2, older), Some(&applied)),
+                replaced,
+                "{older:?}"
+            );
+        }
+        assert!(!was_replaced(&applied, Some(&applied)), "the applied one");
+        assert!(!was_replaced(&record(4, Phase::Active), Some(&applied)));
+        assert!(!was_replaced(&record(2, Phase::Active), None));
+        assert!(was_replaced(&record(2, Phase::Superseded), None));
+    }
 
     #[test]
     fn status_fields_come_from_the_crd_schema() {

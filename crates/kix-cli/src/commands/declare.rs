@@ -76,8 +76,8 @@ pub enum Declaration {
 }
 
 /// The rule, on the records alone: same path as the current record →
-/// nothing; path of an older (Superseded) activation → a rollback to the
-/// newest such record; else a deploy.
+/// nothing; path of an older replaced activation (Superseded, or older than
+/// the applied one) → a rollback to the newest such record; else a deploy.
 pub fn decide(records: &[Activation], cluster: &str, path: &str) -> Declaration {
     if let Some(current) = kix_engine::records::current(records, cluster)
         && current.spec.source.path == path
@@ -86,14 +86,15 @@ pub fn decide(records: &[Activation], cluster: &str, path: &str) -> Declaration 
             record: current.name_any(),
         };
     }
+    let applied = kix_engine::records::applied(records, cluster);
     let older = kix_engine::records::of_cluster(records, cluster)
         .into_iter()
         .rev()
-        .find(|r| r.phase() == Some(Phase::Superseded) && r.spec.source.path == path);
+        .find(|r| kix_engine::records::was_replaced(r, applied) && r.spec.source.path == path);
     match older {
         Some(target) => Declaration::Rollback {
             target: target.name_any(),
-            from: kix_engine::records::applied(records, cluster).map(ResourceExt::name_any),
+            from: applied.map(ResourceExt::name_any),
         },
         None => Declaration::Deploy,
     }
@@ -361,6 +362,19 @@ mod tests {
         );
         // Another Kix cluster's history is not this one's.
         assert_eq!(decide(&records, "c", "/nix/store/d"), Declaration::Deploy);
+        // Right after a deploy, before it marked the older record
+        // Superseded: that record is still the one to go back to.
+        let records = [
+            record("c", 1, "/nix/store/a", Phase::Active),
+            record("c", 2, "/nix/store/b", Phase::Active),
+        ];
+        assert_eq!(
+            decide(&records, "c", "/nix/store/a"),
+            Declaration::Rollback {
+                target: "c-1".into(),
+                from: Some("c-2".into())
+            }
+        );
     }
 
     #[test]

@@ -46,7 +46,8 @@ pub struct RollbackArgs {
 }
 
 /// The rollback target among a cluster's records (oldest first): `--to`, or
-/// the newest Superseded record whose build is not the current one.
+/// the newest replaced record (Superseded, or older than `current`, which
+/// supersedes it) whose build is not the current one.
 pub fn select_target<'a>(
     records: &[&'a Activation],
     current: Option<&Activation>,
@@ -65,7 +66,7 @@ pub fn select_target<'a>(
                 bail!("{name} is the current activation of Kix cluster {cluster:?}: nothing to roll back to");
             }
             match record.phase() {
-                Some(Phase::Superseded) => Ok(record),
+                _ if kix_engine::records::was_replaced(record, current) => Ok(record),
                 phase => bail!(
                     "{name} is {}, not Superseded: only a build that was applied and then replaced can be rolled back to",
                     phase.map_or("without a phase", Phase::as_str)
@@ -75,7 +76,7 @@ pub fn select_target<'a>(
         None => records
             .iter()
             .rev()
-            .filter(|r| r.phase() == Some(Phase::Superseded))
+            .filter(|r| kix_engine::records::was_replaced(r, current))
             .find(|r| Some(r.spec.source.path.as_str()) != current_path)
             .copied()
             .with_context(|| {
@@ -242,4 +243,66 @@ async fn rollback_with_operator(
     } else {
         ExitCode::from(1)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(n: u64, path: &str, phase: Phase) -> Activation {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kix.run/v1alpha1",
+            "kind": "Activation",
+            "metadata": {"name": format!("c-{n}"), "labels": {"kix.run/cluster": "c"}},
+            "spec": {
+                "cluster": "c",
+                "source": {"path": path},
+                "receipt": {"user": "u", "host": "h", "kixVersion": "0", "time": "2026-01-01T00:00:00Z",
+                            "planDigest": "d", "counts": {}, "accepted": {}},
+                "engine": "operator",
+            },
+            "status": {"phase": phase},
+        }))
+        .expect("a record")
+    }
+
+    fn target(records: &[Activation], to: Option<&str>) -> Result<String, String> {
+        let mine: Vec<&Activation> = records.iter().collect();
+        let current = kix_engine::records::applied(records, "c");
+        select_target(&mine, current, to, "c")
+            .map(ResourceExt::name_any)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_target_is_the_newest_replaced_record_with_another_build() {
+        let records = [
+            record(1, "/nix/store/a", Phase::Superseded),
+            record(2, "/nix/store/b", Phase::Superseded),
+            record(3, "/nix/store/b", Phase::Failed),
+            record(4, "/nix/store/c", Phase::Active),
+        ];
+        assert_eq!(target(&records, None), Ok("c-2".into()));
+        assert_eq!(target(&records, Some("c-1")), Ok("c-1".into()));
+        let failed = target(&records, Some("c-3")).expect_err("a Failed record");
+        assert!(failed.contains("c-3 is Failed, not Superseded"), "{failed}");
+        let current = target(&records, Some("c-4")).expect_err("the current one");
+        assert!(current.contains("is the current activation"), "{current}");
+    }
+
+    #[test]
+    fn right_after_a_deploy_the_record_it_replaces_is_the_target_before_it_is_marked() {
+        // The deploy of c-2 settled Active; the operator marks c-1
+        // Superseded moments later.
+        let records = [
+            record(1, "/nix/store/a", Phase::Active),
+            record(2, "/nix/store/b", Phase::Active),
+        ];
+        assert_eq!(target(&records, None), Ok("c-1".into()));
+        assert_eq!(target(&records, Some("c-1")), Ok("c-1".into()));
+        // Nothing replaced yet: nothing to go back to.
+        let first = [record(1, "/nix/store/a", Phase::Active)];
+        let none = target(&first, None).expect_err("nothing before");
+        assert!(none.contains("has no Superseded activation"), "{none}");
+    }
 }
