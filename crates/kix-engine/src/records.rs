@@ -394,19 +394,7 @@ mod tests {
     use super::*;
 
     fn record(seq: u64, phase: Phase) -> Activation {
-        let spec: kix_api::ActivationSpec = serde_json::from_value(serde_json::json!({
-            "cluster": "c", "engine": "local",
-            "source": {"path": "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-x"},
-            "receipt": {"user": "u", "host": "h", "kixVersion": "0",
-                        "time": "2026-01-01T00:00:00Z", "planDigest": "d"}
-        }))
-        .expect("a spec");
-        let mut record = Activation::new_record(seq, spec);
-        record.status = Some(kix_api::ActivationStatus {
-            phase: Some(phase),
-            ..Default::default()
-        });
-        record
+        kix_testkit::records::activation("c", seq, "/nix/store/x", phase)
     }
 
     #[test]

@@ -91,15 +91,9 @@ mod tests {
     }
 
     fn record(account: Option<&str>) -> Activation {
-        let mut record: Activation = serde_json::from_value(serde_json::json!({
-            "apiVersion": "kix.run/v1alpha1", "kind": "Activation",
-            "metadata": {"name": "team-a-1"},
-            "spec": {"cluster": "team-a", "engine": "operator",
-                     "source": {"path": "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-x"},
-                     "receipt": {"user": "u", "host": "h", "kixVersion": "0",
-                                 "time": "2026-01-01T00:00:00Z", "planDigest": "d"}}
-        }))
-        .expect("a record");
+        let path = "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-x";
+        let mut record =
+            kix_testkit::records::activation("team-a", 1, path, kix_api::Phase::Pending);
         record.spec.service_account = account.map(self::account);
         record
     }
@@ -110,26 +104,21 @@ mod tests {
         Tenants::new(config, own, default.map(account), require)
     }
 
+    /// The rule is `gates::acting_account` (its verdicts are tested there);
+    /// this is the operator's use of it: its own settings, one client per
+    /// account.
     #[tokio::test]
-    async fn a_record_acts_as_its_account_else_the_default_else_refused_when_required() {
-        let open = tenants(None, false);
-        assert_eq!(
-            open.account_of(&record(Some("a/kix"))),
-            Ok(Some(account("a/kix")))
-        );
-        assert_eq!(open.account_of(&record(None)), Ok(None));
+    async fn a_record_is_served_by_the_client_of_its_account() {
         let defaulted = tenants(Some("kix-system/tenant"), false);
-        assert_eq!(
-            defaulted.account_of(&record(None)),
-            Ok(Some(account("kix-system/tenant")))
-        );
-        assert_eq!(
-            defaulted.account_of(&record(Some("a/kix"))),
-            Ok(Some(account("a/kix")))
-        );
+        let acting = defaulted.for_record(&record(None)).expect("the default");
+        assert_eq!(acting.account, Some(account("kix-system/tenant")));
+        let acting = defaulted
+            .for_record(&record(Some("a/kix")))
+            .expect("its own");
+        assert_eq!(acting.account, Some(account("a/kix")));
+        assert_eq!(defaulted.clients.lock().expect("clients").len(), 2);
         let locked = tenants(Some("kix-system/tenant"), true);
-        let refused = locked.account_of(&record(None)).expect_err("refused");
+        let refused = locked.for_record(&record(None)).err().expect("refused");
         assert!(refused.contains("--require-service-account"), "{refused}");
-        assert!(locked.for_record(&record(Some("a/kix"))).is_ok());
     }
 }

@@ -16,6 +16,7 @@ use kube::{Client, Config};
 
 pub mod audit;
 mod private;
+pub mod records;
 
 pub use private::PrivateControlPlane;
 

@@ -302,22 +302,7 @@ mod tests {
     use super::*;
     use crate::commands::operator::host_declared_warning;
 
-    fn record(cluster: &str, n: u64, path: &str, phase: Phase) -> Activation {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "kix.run/v1alpha1",
-            "kind": "Activation",
-            "metadata": {"name": format!("{cluster}-{n}"), "labels": {"kix.run/cluster": cluster}},
-            "spec": {
-                "cluster": cluster,
-                "source": {"path": path},
-                "receipt": {"user": "u", "host": "h", "kixVersion": "0", "time": "2026-01-01T00:00:00Z",
-                            "planDigest": "d", "counts": {}, "accepted": {}},
-                "engine": "operator",
-            },
-            "status": {"phase": phase},
-        }))
-        .expect("a record")
-    }
+    use kix_testkit::records::activation as record;
 
     #[test]
     fn the_same_path_as_the_current_record_writes_nothing() {

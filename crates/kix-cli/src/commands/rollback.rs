@@ -250,20 +250,7 @@ mod tests {
     use super::*;
 
     fn record(n: u64, path: &str, phase: Phase) -> Activation {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "kix.run/v1alpha1",
-            "kind": "Activation",
-            "metadata": {"name": format!("c-{n}"), "labels": {"kix.run/cluster": "c"}},
-            "spec": {
-                "cluster": "c",
-                "source": {"path": path},
-                "receipt": {"user": "u", "host": "h", "kixVersion": "0", "time": "2026-01-01T00:00:00Z",
-                            "planDigest": "d", "counts": {}, "accepted": {}},
-                "engine": "operator",
-            },
-            "status": {"phase": phase},
-        }))
-        .expect("a record")
+        kix_testkit::records::activation("c", n, path, phase)
     }
 
     fn target(records: &[Activation], to: Option<&str>) -> Result<String, String> {
