@@ -21,10 +21,11 @@
 //!
 //! A fleet never re-implements a rule: a member's refusals are the engine's
 //! gates (`kix_engine::gates`), asked through `kix_engine::deploy`. A rule
-//! about the fleet as a whole (what a wave may do) goes in [`run`] before a
-//! wave starts; what the fleet file may say is checked in [`spec`] (and
-//! first in Nix, `nix/fleet.nix`). The CLI's `kix fleet` commands only turn
-//! arguments into calls of this crate.
+//! about the fleet as a whole (what a wave may do, a combined budget) is a
+//! gate too, a function of the members' plans in `kix_engine::gates`, asked
+//! in [`run`] before a wave starts; what the fleet file may say is checked
+//! in [`spec`] (and first in Nix, `nix/fleet.nix`). The CLI's `kix fleet`
+//! commands only turn arguments into calls of this crate.
 //! - [`roots`]: the fleet build's GC root, kept while a member's record
 //!   names its rollout.
 
