@@ -43,8 +43,28 @@ pub(crate) struct ApplyStage<'a> {
 /// Applies one group (rank by rank, bounded parallel; `permits` bounds the
 /// applies in flight across the groups of a wave) and waits for it to be
 /// healthy. Returns false when an object failed or did not become healthy,
-/// with what happened to the group's objects.
+/// with what happened to the group's objects (those left unchanged too).
 pub(crate) async fn apply_group<'p>(
+    stage: &ApplyStage<'_>,
+    group: &Group,
+    objects: &[&'p Desired],
+    planned: &BTreeMap<&'p ObjectKey, &'p PlannedObject>,
+    permits: &tokio::sync::Semaphore,
+) -> (bool, ChangeSet<'p>) {
+    let (ok, mut changes) = apply_and_wait(stage, group, objects, planned, permits).await;
+    changes.unchanged = objects
+        .iter()
+        .filter(|d| {
+            planned
+                .get(&d.key)
+                .is_some_and(|p| p.action == Action::Unchanged)
+        })
+        .map(|d| &d.key)
+        .collect();
+    (ok, changes)
+}
+
+async fn apply_and_wait<'p>(
     stage: &ApplyStage<'_>,
     group: &Group,
     objects: &[&'p Desired],

@@ -21,6 +21,8 @@ pub struct ChangeSet<'p> {
     /// Existing objects an apply changed (updated, replaced, adopted,
     /// drift or a conflict taken back).
     pub configured: Vec<&'p ObjectKey>,
+    /// Objects of the build the plan left as they are: not written.
+    pub unchanged: Vec<&'p ObjectKey>,
     /// Objects found healthy, applied or not.
     pub healthy: u32,
     /// Objects whose apply failed (a failed migration counts one).
@@ -65,6 +67,7 @@ impl<'p> ChangeSet<'p> {
     pub fn merge(&mut self, other: ChangeSet<'p>) {
         self.created.extend(other.created);
         self.configured.extend(other.configured);
+        self.unchanged.extend(other.unchanged);
         self.healthy += other.healthy;
         self.failed += other.failed;
         self.deleted.extend(other.deleted);

@@ -189,6 +189,8 @@ pub struct DeployOutcome {
     pub phase: Phase,
     pub message: String,
     pub applied: u32,
+    /// Objects of the build the deploy left as they were.
+    pub unchanged: u32,
     pub pruned: u32,
     pub failed: u32,
     /// Objects the build dropped that still exist, being deleted (held by
@@ -306,6 +308,7 @@ fn no_op(plan: &Plan, options: &DeployOptions) -> Option<DeployOutcome> {
         activation: plan.current_activation.clone(),
         phase: Phase::Active,
         applied: 0,
+        unchanged: plan.counts.unchanged,
         pruned: 0,
         failed: 0,
         migrated: Vec::new(),
@@ -827,6 +830,7 @@ async fn finish(
         phase,
         message,
         applied: changes.applied(),
+        unchanged: changes.unchanged.len() as u32,
         pruned: changes.pruned(),
         failed: changes.failed,
         deleting: status.deleting.clone(),

@@ -217,6 +217,7 @@ async fn an_unchanged_redeploy_makes_no_write_request() {
         describe(&writes)
     );
     assert!(second.no_op, "{second:?}");
+    assert_eq!((second.applied, second.unchanged), (0, 4), "{second:?}");
     assert_eq!(second.activation, first.activation);
     assert!(
         !requests.iter().any(|r| r.resource == "leases"),
@@ -243,7 +244,7 @@ async fn a_redeploy_with_one_change_writes_only_that_object() {
     let mark = audit::mark().expect("mark");
     let outcome = kit.deploy(&changed).await;
     assert!(!outcome.no_op);
-    assert_eq!(outcome.applied, 1, "{outcome:?}");
+    assert_eq!((outcome.applied, outcome.unchanged), (1, 3), "{outcome:?}");
     let writes = kit.writes(mark);
     let objects: Vec<_> = writes
         .iter()
