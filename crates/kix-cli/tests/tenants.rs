@@ -670,6 +670,18 @@ async fn write_record(
     kix_api::Activation::name_for(cluster, next)
 }
 
+/// The message of record `name` once it settled, asserting it is Failed.
+async fn failed_with(client: &kube::Client, name: &str) -> String {
+    let refused = settled(client, name).await;
+    let message = refused
+        .status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default();
+    assert_eq!(refused.phase(), Some(kix_api::Phase::Failed), "{message}");
+    message
+}
+
 async fn settled(client: &kube::Client, name: &str) -> kix_api::Activation {
     let api: kube::Api<kix_api::Activation> = kube::Api::all(client.clone());
     common::poll(
@@ -757,13 +769,7 @@ async fn the_operator_acts_for_each_record_as_its_account() {
     spec.source.path = build_a2.clone();
     let mark = common::audit_mark(&cp_dir);
     let name = write_record(&env.client, &cluster_a, spec).await;
-    let refused = settled(&env.client, &name).await;
-    let message = refused
-        .status
-        .as_ref()
-        .and_then(|s| s.message.clone())
-        .unwrap_or_default();
-    assert_eq!(refused.phase(), Some(kix_api::Phase::Failed), "{message}");
+    let message = failed_with(&env.client, &name).await;
     assert!(
         message.contains(&format!("ConfigMap {ns_b}/settings")) && message.contains("cannot patch"),
         "the refusal names the object and the verb: {message}"
@@ -789,13 +795,7 @@ async fn the_operator_acts_for_each_record_as_its_account() {
     spec.source.path = borrowing;
     let mark = common::audit_mark(&cp_dir);
     let name = write_record(&env.client, &cluster_a, spec).await;
-    let refused = settled(&env.client, &name).await;
-    let message = refused
-        .status
-        .as_ref()
-        .and_then(|s| s.message.clone())
-        .unwrap_or_default();
-    assert_eq!(refused.phase(), Some(kix_api::Phase::Failed), "{message}");
+    let message = failed_with(&env.client, &name).await;
     assert!(
         message.contains(&format!(
             "the build acts as ServiceAccount {ns_b}/kix, the record as {ns_a}/kix: nothing was changed"
@@ -832,13 +832,7 @@ async fn the_operator_acts_for_each_record_as_its_account() {
     spec.source.path = build_none;
     spec.service_account = None;
     let name = write_record(&env.client, &cluster_none, spec).await;
-    let refused = settled(&env.client, &name).await;
-    let message = refused
-        .status
-        .as_ref()
-        .and_then(|s| s.message.clone())
-        .unwrap_or_default();
-    assert_eq!(refused.phase(), Some(kix_api::Phase::Failed), "{message}");
+    let message = failed_with(&env.client, &name).await;
     assert!(message.contains("--require-service-account"), "{message}");
     let unowned = env
         .kubectl(&[
