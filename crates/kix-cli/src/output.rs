@@ -163,6 +163,22 @@ pub fn age(time: DateTime<Utc>, now: DateTime<Utc>) -> String {
 }
 
 /// Writes `text` to stdout; a closed pipe (`kix history | head`) is not an error.
+/// A deploy's exit status: 0 when it ended Active, else 1 (Degraded and
+/// Failed alike).
+pub fn exit_for(phase: kix_api::Phase) -> std::process::ExitCode {
+    if phase == kix_api::Phase::Active {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
+    }
+}
+
+/// A deploy's outcome in one line: `<activation>: <phase> — <message>`.
+pub fn print_outcome_line(outcome: &kix_engine::deploy::DeployOutcome) {
+    let name = outcome.activation.as_deref().unwrap_or("-");
+    println!("{name}: {} — {}", outcome.phase, outcome.message);
+}
+
 pub fn print_stdout(text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();

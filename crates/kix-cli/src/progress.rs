@@ -66,6 +66,27 @@ pub fn start_ui(
     spawn(mode, model)
 }
 
+/// The engine's deploy of `plan`, its progress shown by the UI of `ui`
+/// (`verb`: "deploy", "rollback"; `text`: the output is text), returned
+/// once the UI printed everything.
+pub async fn deploy_with_ui(
+    client: &kube::Client,
+    build: &kix_manifest::Build,
+    plan: Plan,
+    mut options: kix_engine::deploy::DeployOptions,
+    ui: &TuiArgs,
+    verb: &str,
+    text: bool,
+) -> kix_engine::Result<kix_engine::deploy::DeployOutcome> {
+    let (tx, printer) = start_ui(ui, &plan, verb, text);
+    options.events = Some(tx);
+    let outcome = kix_engine::deploy::deploy(client, build, plan, &options).await;
+    // The UI ends when the last sender is gone.
+    drop(options);
+    let _ = printer.await;
+    outcome
+}
+
 fn spawn(mode: Mode, model: Option<crate::tui::Model>) -> (UnboundedSender<Event>, JoinHandle<()>) {
     let (tx, rx) = unbounded_channel::<Event>();
     let handle = match (mode, model) {

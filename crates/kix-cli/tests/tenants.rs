@@ -429,6 +429,13 @@ fn writes_as(mark: u64, user: &str) -> Vec<(String, i64)> {
     out
 }
 
+/// Applies a tenant's RBAC (`doc`, written to `file`) as the admin.
+fn apply_rbac(env: &kix_testkit::TestEnv, file: &std::path::Path, doc: &str) {
+    std::fs::write(file, doc).expect("rbac");
+    env.kubectl(&["apply", "-f", file.to_str().expect("utf8")])
+        .expect("tenant RBAC");
+}
+
 /// A tenant's account: it writes ConfigMaps in its namespace and kix's
 /// records, the deploy Lease, and reads what a plan reads; nothing else.
 fn tenant_rbac(namespace: &str, account: &str) -> String {
@@ -513,10 +520,11 @@ async fn a_local_deploy_acts_as_the_account_its_build_names() {
     let env = kix_testkit::TestEnv::new("tenant-cli").await.expect("env");
     install_crds(&env);
     let dir = tempfile::tempdir().expect("tempdir");
-    let rbac = dir.path().join("rbac.json");
-    std::fs::write(&rbac, tenant_rbac(&env.namespace, "kix")).expect("rbac");
-    env.kubectl(&["apply", "-f", rbac.to_str().expect("utf8")])
-        .expect("tenant RBAC");
+    apply_rbac(
+        &env,
+        &dir.path().join("rbac.json"),
+        &tenant_rbac(&env.namespace, "kix"),
+    );
     let user = format!("system:serviceaccount:{}:kix", env.namespace);
     let admin = kix_testkit::kubeconfig_path();
     let gcroots = dir.path().join("gcroots");
@@ -716,10 +724,11 @@ async fn the_operator_acts_for_each_record_as_its_account() {
     );
     let dir = tempfile::tempdir().expect("tempdir");
     for ns in [&ns_a, &ns_b] {
-        let rbac = dir.path().join(format!("rbac-{ns}.json"));
-        std::fs::write(&rbac, tenant_rbac(ns, "kix")).expect("rbac");
-        env.kubectl(&["apply", "-f", rbac.to_str().expect("utf8")])
-            .expect("tenant RBAC");
+        apply_rbac(
+            &env,
+            &dir.path().join(format!("rbac-{ns}.json")),
+            &tenant_rbac(ns, "kix"),
+        );
     }
     let (cluster_a, cluster_b) = (env.cluster.clone(), kix_testkit::unique_name("c-tenant-b"));
     let cluster_none = kix_testkit::unique_name("c-tenant-none");
@@ -901,10 +910,11 @@ async fn a_prune_the_tenant_may_not_perform_is_a_named_failed_deletion_not_a_loo
         .expect("env");
     install_crds(&env);
     let dir = tempfile::tempdir().expect("tempdir");
-    let rbac = dir.path().join("rbac.json");
-    std::fs::write(&rbac, tenant_rbac(&env.namespace, "kix")).expect("rbac");
-    env.kubectl(&["apply", "-f", rbac.to_str().expect("utf8")])
-        .expect("tenant RBAC");
+    apply_rbac(
+        &env,
+        &dir.path().join("rbac.json"),
+        &tenant_rbac(&env.namespace, "kix"),
+    );
     let user = format!("system:serviceaccount:{}:kix", env.namespace);
     let gcroots = dir.path().join("gcroots");
     let _operator = common::Operator::start_with(
@@ -994,10 +1004,11 @@ async fn a_tenant_bounded_to_its_namespace_plans_deploys_and_prunes() {
     let env = kix_testkit::TestEnv::new("tenant-ns").await.expect("env");
     install_crds(&env);
     let dir = tempfile::tempdir().expect("tempdir");
-    let rbac = dir.path().join("rbac.json");
-    std::fs::write(&rbac, tenant_rbac_reading(&env.namespace, "kix", &[])).expect("rbac");
-    env.kubectl(&["apply", "-f", rbac.to_str().expect("utf8")])
-        .expect("tenant RBAC");
+    apply_rbac(
+        &env,
+        &dir.path().join("rbac.json"),
+        &tenant_rbac_reading(&env.namespace, "kix", &[]),
+    );
     let admin = kix_testkit::kubeconfig_path();
     let gcroots = dir.path().join("gcroots");
     let deploy = |path: &str| {

@@ -290,11 +290,7 @@ fn repeats(
 async fn settle(client: &kube::Client, name: &str, wait: Duration) -> anyhow::Result<ExitCode> {
     let phase = operator::wait_for_operator_within(client, name, wait).await?;
     println!("{name}: {phase}");
-    Ok(if phase == Phase::Active {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(crate::output::exit_for(phase))
 }
 
 #[cfg(test)]

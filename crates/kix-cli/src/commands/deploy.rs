@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use kix_api::Phase;
 use kix_engine::deploy::{DeployOptions, OnError, PruneMode, ReceiptInfo};
 
 use super::{GlobalArgs, OutputFormat};
@@ -122,26 +121,15 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
     // Asked on a terminal: time passed since planning, so the engine plans
     // again before it acts.
     options.replan = !confirm_args.yes || saved.is_some();
-    let (tx, printer) =
-        progress::start_ui(&args.ui, &plan, "deploy", args.output == OutputFormat::Text);
-    options.events = Some(tx);
-    let outcome = kix_engine::deploy::deploy(&client, &build, plan, &options).await;
-    drop(options);
-    let _ = printer.await;
-    let outcome = outcome?;
+    let text = args.output == OutputFormat::Text;
+    let outcome =
+        progress::deploy_with_ui(&client, &build, plan, options, &args.ui, "deploy", text).await?;
     kix_engine::drop_later(build);
     match args.output {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&outcome)?),
-        OutputFormat::Text => {
-            let name = outcome.activation.as_deref().unwrap_or("-");
-            println!("{name}: {} — {}", outcome.phase, outcome.message);
-        }
+        OutputFormat::Text => crate::output::print_outcome_line(&outcome),
     }
-    Ok(if outcome.phase == Phase::Active {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(crate::output::exit_for(outcome.phase))
 }
 
 /// The build a deploy runs and its plan: the saved plan's store path,
@@ -359,9 +347,5 @@ async fn deploy_with_operator(
     eprintln!("recorded {name}; waiting for the operator");
     let phase = operator::wait_for_operator(client, &name).await?;
     println!("{name}: {phase}");
-    Ok(if phase == Phase::Active {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(crate::output::exit_for(phase))
 }

@@ -178,33 +178,19 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
         options.engine = kix_api::Engine::Operator;
         return rollback_with_operator(&client, &plan, &options, args.output, summary).await;
     }
-    let (tx, printer) = progress::start_ui(
-        &args.ui,
-        &plan,
-        "rollback",
-        args.output == OutputFormat::Text,
-    );
-    options.events = Some(tx);
-    let outcome = kix_engine::deploy::deploy(&client, &build, plan, &options).await;
-    drop(options);
-    let _ = printer.await;
-    let outcome = outcome?;
+    let text = args.output == OutputFormat::Text;
+    let outcome =
+        progress::deploy_with_ui(&client, &build, plan, options, &args.ui, "rollback", text)
+            .await?;
     match args.output {
         OutputFormat::Json => {
             let mut value = summary;
             value["outcome"] = serde_json::to_value(&outcome)?;
             crate::output::print_stdout(&crate::output::json_text(&value)?)?;
         }
-        OutputFormat::Text => {
-            let name = outcome.activation.as_deref().unwrap_or("-");
-            println!("{name}: {} — {}", outcome.phase, outcome.message);
-        }
+        OutputFormat::Text => crate::output::print_outcome_line(&outcome),
     }
-    Ok(if outcome.phase == Phase::Active {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(crate::output::exit_for(outcome.phase))
 }
 
 /// `rollback --operator`: a new operator record for the target's build,
@@ -238,11 +224,7 @@ async fn rollback_with_operator(
         }
         OutputFormat::Text => println!("{name}: {phase}"),
     }
-    Ok(if phase == Phase::Active {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(crate::output::exit_for(phase))
 }
 
 #[cfg(test)]
