@@ -51,27 +51,19 @@ pub(crate) async fn apply_group<'p>(
     planned: &BTreeMap<&'p ObjectKey, &'p PlannedObject>,
     permits: &tokio::sync::Semaphore,
 ) -> (bool, ChangeSet<'p>) {
-    let (ok, mut changes) = apply_and_wait(stage, group, objects, planned, permits).await;
-    changes.unchanged = objects
-        .iter()
-        .filter(|d| {
-            planned
-                .get(&d.key)
-                .is_some_and(|p| p.action == Action::Unchanged)
-        })
-        .map(|d| &d.key)
-        .collect();
+    let work = group_work(objects, planned);
+    let (ok, mut changes) = apply_and_wait(stage, group, work.writes, work.to_wait, permits).await;
+    changes.unchanged = work.unchanged;
     (ok, changes)
 }
 
 async fn apply_and_wait<'p>(
     stage: &ApplyStage<'_>,
     group: &Group,
-    objects: &[&'p Desired],
-    planned: &BTreeMap<&'p ObjectKey, &'p PlannedObject>,
+    writes: Vec<(&'p Desired, &'p PlannedObject)>,
+    mut to_wait: Vec<WaitTarget>,
     permits: &tokio::sync::Semaphore,
 ) -> (bool, ChangeSet<'p>) {
-    let (writes, mut to_wait) = group_work(objects, planned);
     if writes.is_empty() && to_wait.is_empty() {
         return (true, ChangeSet::default());
     }
@@ -114,32 +106,41 @@ async fn apply_and_wait<'p>(
     (ok, changes)
 }
 
-/// A group's objects to write, and those to wait for unwritten. Unchanged
-/// objects are not written, but the group is healthy only when they are
-/// too: the rerun of a build whose deploy failed, or was killed before its
-/// wait ended, must not find it healthy unchecked.
+/// What a group's apply does with its objects, sorted in one pass.
+struct GroupWork<'a> {
+    writes: Vec<(&'a Desired, &'a PlannedObject)>,
+    /// Unchanged objects, not written, waited for all the same: the rerun
+    /// of a build whose deploy failed, or was killed before its wait ended,
+    /// must not find the group healthy unchecked.
+    to_wait: Vec<WaitTarget>,
+    unchanged: Vec<&'a ObjectKey>,
+}
+
 fn group_work<'a>(
     objects: &[&'a Desired],
     planned: &BTreeMap<&ObjectKey, &'a PlannedObject>,
-) -> (Vec<(&'a Desired, &'a PlannedObject)>, Vec<WaitTarget>) {
-    let writes = objects
-        .iter()
-        .filter_map(|d| planned.get(&d.key).map(|p| (*d, *p)))
-        .filter(|(_, p)| p.action != Action::Unchanged)
-        .collect();
-    let to_wait = objects
-        .iter()
-        .filter(|d| {
-            planned.get(&d.key).is_some_and(|p| {
-                // A completed Job left alone may be gone: nothing to wait for.
-                p.action == Action::Unchanged
-                    && !crate::health::completed::is_completed(p.action, p.note.as_deref())
-            })
-        })
-        .filter(|d| !has_no_health(&d.key))
-        .map(|d| wait_target(d))
-        .collect();
-    (writes, to_wait)
+) -> GroupWork<'a> {
+    let mut work = GroupWork {
+        writes: Vec::new(),
+        to_wait: Vec::new(),
+        unchanged: Vec::new(),
+    };
+    for &d in objects {
+        let Some(&p) = planned.get(&d.key) else {
+            continue;
+        };
+        if p.action != Action::Unchanged {
+            work.writes.push((d, p));
+            continue;
+        }
+        work.unchanged.push(&d.key);
+        // A completed Job left alone may be gone: nothing to wait for.
+        let completed = crate::health::completed::is_completed(p.action, p.note.as_deref());
+        if !completed && !has_no_health(&d.key) {
+            work.to_wait.push(wait_target(d));
+        }
+    }
+    work
 }
 
 fn wait_target(d: &Desired) -> WaitTarget {
