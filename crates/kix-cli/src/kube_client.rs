@@ -5,17 +5,37 @@
 use anyhow::Context;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use kix_engine::client::{Accounts, Clients, Source};
+use kube::Client;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::await_condition;
-use kube::{Client, Config};
 
 use crate::commands::GlobalArgs;
 
+/// The credentials `--kubeconfig` and `--context` (else `default_context`)
+/// name: the CLI's adapter of [`kix_engine::client`]. The CLI has no
+/// lock-down of its own: a build acts as the account it names, else as the
+/// caller.
+pub async fn clients(
+    global: &GlobalArgs,
+    default_context: Option<&str>,
+) -> anyhow::Result<Clients> {
+    let source = Source {
+        kubeconfig: global.kubeconfig.clone(),
+        context: global
+            .context
+            .clone()
+            .or_else(|| default_context.map(str::to_string)),
+        in_cluster: false,
+    };
+    Ok(Clients::connect(&source, Accounts::default()).await?)
+}
+
+/// The caller's own client, for what is not done for a build (records,
+/// status, history).
 pub async fn client(global: &GlobalArgs, default_context: Option<&str>) -> anyhow::Result<Client> {
-    Client::try_from(config(global, default_context).await?)
-        .context("creating the Kubernetes client")
+    Ok(clients(global, default_context).await?.own().clone())
 }
 
 /// The client a build's plan and deploy use: the kubeconfig context its
@@ -26,33 +46,8 @@ pub async fn client_for_build(
     global: &GlobalArgs,
     settings: &kix_manifest::Settings,
 ) -> anyhow::Result<Client> {
-    let config = config(global, settings.context.as_deref()).await?;
-    let account = kix_engine::tenant::declared_account(settings);
-    kix_engine::tenant::client_acting_as(config, account.as_ref())
-        .context("creating the Kubernetes client")
-}
-
-async fn config(global: &GlobalArgs, default_context: Option<&str>) -> anyhow::Result<Config> {
-    let options = KubeConfigOptions {
-        context: global
-            .context
-            .clone()
-            .or_else(|| default_context.map(str::to_string)),
-        ..Default::default()
-    };
-    let config = match &global.kubeconfig {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &options).await
-        }
-        None => Config::from_kubeconfig(&options).await,
-    }
-    .map_err(|e| match &options.context {
-        Some(ctx) => anyhow::anyhow!("loading kubeconfig context {ctx:?}: {e}"),
-        None => anyhow::anyhow!("loading kubeconfig: {e}"),
-    })?;
-    Ok(config)
+    let clients = clients(global, settings.context.as_deref()).await?;
+    Ok(clients.for_build(settings)?.client)
 }
 
 /// The API server and CA a client of the kubeconfig context `--context` (or
@@ -65,11 +60,7 @@ pub struct ClusterEndpoint {
 }
 
 pub fn cluster_endpoint(global: &GlobalArgs) -> anyhow::Result<ClusterEndpoint> {
-    let kubeconfig = match &global.kubeconfig {
-        Some(path) => Kubeconfig::read_from(path)
-            .with_context(|| format!("reading kubeconfig {}", path.display()))?,
-        None => Kubeconfig::read().context("reading kubeconfig")?,
-    };
+    let kubeconfig = kix_engine::client::read_kubeconfig(global.kubeconfig.as_deref())?;
     let context_name = global
         .context
         .clone()

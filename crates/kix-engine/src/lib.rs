@@ -31,6 +31,8 @@
 //!   and [`retire`] for retired records.
 //! - **Health**: [`health`] (the kix-health crate's rules: a new health rule
 //!   goes there, or in the build's own CEL rules).
+//! - **Clients**: [`client`], the one factory of every kube client (its
+//!   kubeconfig, context, and the ServiceAccount a build or record acts as).
 //! - Leases: [`lease`]; events the front ends render: [`events`];
 //!   durations on command lines: [`duration`].
 
@@ -41,6 +43,7 @@
 mod apply;
 pub mod budget;
 pub mod changes;
+pub mod client;
 pub mod contents;
 pub mod crd_upgrade;
 pub mod deploy;
@@ -71,7 +74,6 @@ pub mod resources;
 pub mod retire;
 pub mod seal;
 pub mod status;
-pub mod tenant;
 pub mod wait;
 
 pub use error::{EngineError, Result};

@@ -165,7 +165,7 @@ pub async fn plan_prefetched(
         current_activation: current.and_then(|c| c.metadata.name.clone()),
         current_path: current.map(|c| c.spec.source.path.clone()),
         current_phase: current.and_then(|c| c.phase()),
-        service_account: crate::tenant::declared_account(&build.settings),
+        service_account: crate::plan_value::declared_account(&build.settings),
         kix_crds,
         counts,
         packages,

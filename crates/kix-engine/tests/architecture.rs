@@ -608,3 +608,47 @@ fn the_scanner_sees_what_the_checks_rely_on() {
     let nodes = graph.keys().cloned().collect();
     assert_eq!(find_cycle(&graph, &nodes).as_deref(), Some("a → b → a"));
 }
+
+/// Where a kube client may be made or a kubeconfig read: the one client
+/// factory (issue 43: the fleet made its own and forgot the build's
+/// ServiceAccount), and kix-testkit, the tests' harness.
+const CLIENT_FACTORY: &str = "kix-engine/src/client.rs";
+const CLIENT_MAKERS: &[&str] = &[
+    "Client::try_from",
+    "Kubeconfig::read",
+    "Config::from_kubeconfig",
+    "Config::infer",
+    "from_custom_kubeconfig",
+];
+
+#[test]
+fn only_the_client_factory_makes_a_client_or_reads_a_kubeconfig() {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(crates_dir()).expect("crates").flatten() {
+        if entry.file_name() != "kix-testkit" {
+            rust_files(&entry.path().join("src"), &mut files);
+        }
+    }
+    let mut found = Vec::new();
+    let mut factory_seen = false;
+    for file in &files {
+        let rel = file.strip_prefix(crates_dir()).unwrap_or(file);
+        let code = code_only(&fs::read_to_string(file).unwrap_or_default());
+        if rel == Path::new(CLIENT_FACTORY) {
+            factory_seen = CLIENT_MAKERS.iter().all(|m| code.contains(m));
+            continue;
+        }
+        for maker in CLIENT_MAKERS {
+            for (at, _) in code.match_indices(maker) {
+                let line = code[..at].matches('\n').count() + 1;
+                found.push(format!("{}:{line} {maker}", rel.display()));
+            }
+        }
+    }
+    assert!(factory_seen, "{CLIENT_FACTORY} no longer makes the clients");
+    assert!(
+        found.is_empty(),
+        "a client made or a kubeconfig read outside {CLIENT_FACTORY} (use kix_engine::client):\n  {}",
+        found.join("\n  ")
+    );
+}

@@ -2,12 +2,12 @@
 //! name it) and its own kube client.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use kix_engine::client::{Accounts, Clients, Source};
 use kix_manifest::{Build, StorePath};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
 
 use crate::error::{FleetError, Result};
 use crate::spec::{FleetSpec, MemberName, MemberSpec};
@@ -78,35 +78,55 @@ pub fn context_of(member: &MemberSpec, build: &Build) -> Option<String> {
         .or_else(|| build.settings.context.clone())
 }
 
-/// The member's kube client. The error says which kubeconfig or context
-/// did not load.
+/// The member's credentials: its kubeconfig (else `--kubeconfig`, else
+/// `$KUBECONFIG`) and context ([`context_of`]), through the one client
+/// factory ([`kix_engine::client`]). The error says which kubeconfig or
+/// context did not load.
+pub async fn clients(
+    member: &MemberSpec,
+    build: &Build,
+    connect: &Connect,
+) -> std::result::Result<Clients, String> {
+    let source = Source {
+        kubeconfig: member
+            .kubeconfig
+            .clone()
+            .or_else(|| connect.kubeconfig.clone()),
+        context: context_of(member, build),
+        in_cluster: false,
+    };
+    Clients::connect(&source, Accounts::default())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The member's client with the caller's own rights, for reading its
+/// records and status.
 pub async fn client(
     member: &MemberSpec,
     build: &Build,
     connect: &Connect,
 ) -> std::result::Result<Client, String> {
-    let context = context_of(member, build);
-    let options = KubeConfigOptions {
-        context: context.clone(),
-        ..Default::default()
-    };
-    let file: Option<&Path> = member
-        .kubeconfig
-        .as_deref()
-        .or(connect.kubeconfig.as_deref());
-    let config = match file {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &options).await
-        }
-        None => Config::from_kubeconfig(&options).await,
-    }
-    .map_err(|e| match &context {
-        Some(ctx) => format!("loading kubeconfig context {ctx:?}: {e}"),
-        None => format!("loading kubeconfig: {e}"),
-    })?;
-    Client::try_from(config).map_err(|e| format!("creating the Kubernetes client: {e}"))
+    Ok(clients(member, build, connect).await?.own().clone())
+}
+
+/// The client `kix deploy` of `build` uses on this member: the member's
+/// credentials acting as the ServiceAccount the build names, so a member
+/// has the rights, and the refusals, of a local deploy of its build.
+pub async fn client_for_build(
+    member: &MemberSpec,
+    build: &Build,
+    connect: &Connect,
+) -> std::result::Result<Client, String> {
+    acting_for_build(&clients(member, build, connect).await?, build)
+}
+
+/// `clients` acting as the ServiceAccount `build` names.
+pub fn acting_for_build(clients: &Clients, build: &Build) -> std::result::Result<Client, String> {
+    clients
+        .for_build(&build.settings)
+        .map(|acting| acting.client)
+        .map_err(|e| e.to_string())
 }
 
 /// Whether an engine error means the member's apiserver could not be

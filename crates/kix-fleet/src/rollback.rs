@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kix_api::{Activation, Phase};
+use kix_engine::client::Clients;
 use kix_manifest::StorePath;
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
 use serde::Serialize;
 
 use crate::error::{FleetError, Result};
@@ -29,9 +30,9 @@ pub struct RollbackPlan {
     pub skipped: Vec<(MemberName, String)>,
 }
 
-/// A member's records of its Kix cluster (oldest first) and its client,
-/// or why they could not be read.
-type MemberRecords = std::result::Result<(Client, Vec<Activation>), String>;
+/// A member's records of its Kix cluster (oldest first) and its
+/// credentials, or why they could not be read.
+type MemberRecords = std::result::Result<(Clients, Vec<Activation>), String>;
 
 /// What one member's records say about the rollout.
 enum Found {
@@ -85,7 +86,7 @@ pub async fn plan_rollback(
         let (Some(m), Some(build)) = (spec.members.get(&name), builds.get(&name)) else {
             continue;
         };
-        let (client, records) = match records {
+        let (clients, records) = match records {
             Ok(read) => read,
             Err(reason) => {
                 members.push(unplanned(
@@ -106,7 +107,7 @@ pub async fn plan_rollback(
             }
             Found::Target { from: f, to } => {
                 from.insert(name.clone(), f);
-                members.push(plan_target(&name, m, build, client, &to, options).await?);
+                members.push(plan_target(&name, m, build, &clients, &to, options).await?);
             }
         }
     }
@@ -128,15 +129,15 @@ pub async fn plan_rollback(
 }
 
 async fn read_member(m: &MemberSpec, build: &MemberBuild, connect: &Connect) -> MemberRecords {
-    let client = member::client(m, &build.build, connect).await?;
-    let all = kix_engine::records::list_all(&client)
+    let clients = member::clients(m, &build.build, connect).await?;
+    let all = kix_engine::records::list_all(clients.own())
         .await
         .map_err(|e| e.to_string())?;
     let mine = kix_engine::records::of_cluster(&all, &build.build.cluster)
         .into_iter()
         .cloned()
         .collect();
-    Ok((client, mine))
+    Ok((clients, mine))
 }
 
 /// The rollout of the newest deploy record naming `fleet`, of any member.
@@ -215,13 +216,14 @@ fn unplanned(
     }
 }
 
-/// The plan of the member's earlier build, refused (nothing changed) when
-/// that build is gone from the store.
+/// The plan of the member's earlier build, acting as the ServiceAccount
+/// that build names (as `kix rollback` to it does); refused (nothing
+/// changed) when that build is gone from the store.
 async fn plan_target(
     name: &MemberName,
     m: &MemberSpec,
     build: &MemberBuild,
-    client: Client,
+    clients: &Clients,
     to: &Activation,
     options: &FleetPlanOptions,
 ) -> Result<MemberPlan> {
@@ -249,6 +251,7 @@ async fn plan_target(
             to.name_any()
         ))
     })?;
+    let client = clients.own().clone();
     let plan_options = member_plan_options(options.is_operator(m), options);
     let state = match kix_engine::plan::plan(&client, &target, path.as_str(), &plan_options).await {
         Ok(p) => MemberState::Planned { plan: Box::new(p) },

@@ -30,11 +30,11 @@ use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
 use futures::StreamExt;
 use kix_api::Activation;
+use kix_engine::client::{Accounts, Clients, Source};
+use kube::Client;
 use kube::api::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
-use kube::{Client, Config};
 use tokio::sync::mpsc::unbounded_channel;
 use tokio_stream_shim::UnboundedReceiverStream;
 use tracing::{error, info, warn};
@@ -173,37 +173,37 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn config(args: &Args, identity: &str) -> anyhow::Result<Config> {
-    let options = KubeConfigOptions {
+/// The operator's credentials (`--kubeconfig`/`--context`, else the
+/// in-cluster configuration) and lock-down settings, through the one client
+/// factory ([`kix_engine::client`]).
+async fn clients(args: &Args, identity: &str) -> anyhow::Result<Clients> {
+    let source = Source {
+        kubeconfig: args.kubeconfig.clone(),
         context: args.context.clone(),
-        ..Default::default()
+        in_cluster: true,
     };
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &options).await?
-        }
-        None => Config::infer().await?,
-    };
+    let mut config = kix_engine::client::load_config(&source).await?;
     // Names the operator (and this replica) in the apiserver's audit log.
-    let mut config = config;
     let agent = format!("kix-operator/{} {identity}", env!("CARGO_PKG_VERSION"));
     config.headers.push(("user-agent".parse()?, agent.parse()?));
-    Ok(config)
+    let accounts = Accounts {
+        default: args.default_service_account.clone(),
+        require: args.require_service_account,
+    };
+    Ok(Clients::from_config(config, accounts)?)
 }
 
 /// The controller's context for one term as leader.
 fn context(
     args: &Args,
     identity: &str,
-    config: &Config,
-    client: &Client,
+    clients: &Arc<Clients>,
     metrics: &Arc<Metrics>,
     trigger: &tokio::sync::mpsc::UnboundedSender<
         kube::runtime::reflector::ObjectRef<kix_api::Activation>,
     >,
 ) -> Context {
+    let client = clients.own();
     Context {
         client: client.clone(),
         metrics: metrics.clone(),
@@ -228,12 +228,7 @@ fn context(
         crd_refusals: Default::default(),
         touched: Default::default(),
         trigger: trigger.clone(),
-        tenants: tenant::Tenants::new(
-            config.clone(),
-            client.clone(),
-            args.default_service_account.clone(),
-            args.require_service_account,
-        ),
+        tenants: tenant::Tenants::new(clients.clone()),
     }
 }
 
@@ -247,8 +242,8 @@ async fn main() -> anyhow::Result<()> {
             .unwrap_or_else(|_| "kix-operator".into());
         format!("{host}-{}", std::process::id())
     });
-    let config = config(&args, &identity).await?;
-    let client = Client::try_from(config.clone())?;
+    let clients = Arc::new(clients(&args, &identity).await?);
+    let client = clients.own().clone();
     use_age_identities(&args, &client).await?;
     let metrics = Arc::new(Metrics::default());
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
@@ -295,14 +290,7 @@ async fn main() -> anyhow::Result<()> {
         info!(%identity, "elected leader");
         metrics.leader.store(true, Ordering::Relaxed);
         let (trigger_tx, trigger_rx) = unbounded_channel();
-        let ctx = Arc::new(context(
-            &args,
-            &identity,
-            &config,
-            &client,
-            &metrics,
-            &trigger_tx,
-        ));
+        let ctx = Arc::new(context(&args, &identity, &clients, &metrics, &trigger_tx));
         let watches = tokio::spawn(triggers::run(ctx.clone(), trigger_tx));
         let records: Api<Activation> = Api::all(client.clone());
         // Reconciles on spec, deletion and finalizer changes of records, and
