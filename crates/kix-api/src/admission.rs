@@ -5,7 +5,10 @@
 //! record names, so the record itself must be guarded: only the subjects the
 //! platform declares for a Kix cluster may create, change or delete that Kix
 //! cluster's records, a record must name the ServiceAccount declared for its
-//! Kix cluster, and no one may move a record to another Kix cluster. The
+//! Kix cluster, a record is created under its own Kix cluster's name
+//! (`<cluster>-<n>`, `<cluster>.<package>`: no one takes another Kix
+//! cluster's next record name), and no one may move a record to another Kix
+//! cluster. The
 //! apiserver enforces this (admission), so a direct API write cannot bypass
 //! it the way it could bypass a check inside the operator.
 
@@ -168,6 +171,23 @@ fn cel_service_account_of(object: &str) -> String {
     )
 }
 
+/// CEL: a created record's name is the one kix gives it in its Kix cluster,
+/// exactly: an Activation `<cluster>-<n>` (`n` decimal, no sign or leading
+/// zero, as `Activation::sequence_in` reads it), a PackageInstance
+/// `<cluster>.<spec.package>`. Only that form: `team-b-3` is never a name
+/// of Kix cluster `team` (`b-3` is not a number), so no Kix cluster can take
+/// another's next record name.
+fn cel_name_is_its_clusters() -> String {
+    let activation = "(object.metadata.name.startsWith(variables.cluster + '-') && \
+         object.metadata.name.substring(size(variables.cluster) + 1).matches('^(0|[1-9][0-9]*)$'))";
+    let instance = "(has(object.spec) && has(object.spec.package) && \
+         object.metadata.name == variables.cluster + '.' + object.spec.package)";
+    format!(
+        "request.operation != 'CREATE' || variables.cluster == '' || \
+         (request.resource.resource == 'activations' ? {activation} : {instance})"
+    )
+}
+
 /// `cluster == 'a' && <writers of a> || cluster == 'b' && ...`, `false` when
 /// no tenant is declared. A Kix cluster's own ServiceAccount is one of its
 /// writers: the CLI creates the record acting as it, and the operator's
@@ -241,6 +261,11 @@ pub fn admission_policy(tenants: &Tenants) -> [Value; 2] {
                 {
                     "expression": "request.operation == 'DELETE' || request.resource.resource != 'activations' || variables.platform || variables.declaredAccount",
                     "messageExpression": "'an Activation of Kix cluster ' + variables.cluster + ' must name the ServiceAccount the platform declares for it, not ' + (variables.serviceAccount == '' ? '(none)' : variables.serviceAccount)",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": cel_name_is_its_clusters(),
+                    "messageExpression": "'a kix record of Kix cluster ' + variables.cluster + ' is named ' + (request.resource.resource == 'activations' ? variables.cluster + '-<number>' : variables.cluster + '.<package>') + ', not ' + object.metadata.name + ': a record may not take another Kix cluster\\'s record name'",
                     "reason": "Forbidden",
                 },
                 {

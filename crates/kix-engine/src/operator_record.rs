@@ -35,7 +35,13 @@ pub async fn create(
         dry_run: true,
         ..PostParams::default()
     };
-    let kept = api.create(&dry_run, &record).await.map_err(failed)?;
+    let kept = match api.create(&dry_run, &record).await {
+        Ok(kept) => kept,
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            return Err(crate::records::name_taken(client, &name, record.cluster_name()).await);
+        }
+        Err(err) => return Err(failed(err)),
+    };
     let as_value = |spec: &ActivationSpec| serde_json::to_value(spec).unwrap_or_default();
     let lost = lost_fields(&as_value(&record.spec), &as_value(&kept.spec), "spec");
     if !lost.is_empty() {

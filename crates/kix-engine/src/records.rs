@@ -158,25 +158,50 @@ pub async fn create_with_meta(
     let api: Api<Activation> = Api::all(client.clone());
     let mut record = Activation::new_record(sequence, spec);
     meta.apply_to(&mut record);
-    let created = api
-        .create(&PostParams::default(), &record)
-        .await
-        .map_err(|e| match e {
-            kube::Error::Api(status) if status.code == 409 => EngineError::Records(format!(
-                "activation {} already exists: another deploy of this Kix cluster raced this one",
-                record.name_any()
-            )),
-            other => EngineError::Records(format!(
+    let created = api.create(&PostParams::default(), &record).await;
+    let created = match created {
+        Ok(created) => created,
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            return Err(name_taken(client, &record.name_any(), record.cluster_name()).await);
+        }
+        Err(other) => {
+            return Err(EngineError::Records(format!(
                 "creating activation {}: {other}",
                 record.name_any()
-            )),
-        })?;
+            )));
+        }
+    };
     let status = ActivationStatus {
         phase: Some(Phase::Pending),
         kinds,
         ..Default::default()
     };
     set_status(client, &created.name_any(), &status).await
+}
+
+/// Why the record `name` of Kix cluster `cluster` could not be created
+/// because the name is taken: another deploy of the cluster raced this one,
+/// or a record of another Kix cluster holds the name (made before kix's
+/// admission policy refused such names). Named either way: kix never
+/// numbers past a record it cannot tell is its own.
+pub async fn name_taken(client: &Client, name: &str, cluster: &str) -> EngineError {
+    let api: Api<Activation> = Api::all(client.clone());
+    let holder = api.get_opt(name).await.ok().flatten();
+    match holder.as_ref().map(Activation::cluster_name) {
+        Some(other) if other != cluster => EngineError::Records(squatted(name, cluster, other)),
+        _ => EngineError::Records(format!(
+            "activation {name} already exists: another deploy of this Kix cluster raced this one"
+        )),
+    }
+}
+
+/// The message for a record name of `cluster` held by a record of `other`.
+pub fn squatted(name: &str, cluster: &str, other: &str) -> String {
+    format!(
+        "activation {name} is Kix cluster {cluster:?}'s next record name, but a record of \
+         Kix cluster {other:?} holds it (its kix.run/cluster label or spec.cluster); nothing \
+         was changed. Only the platform can remove it: `kubectl delete activation {name}`"
+    )
 }
 
 /// Replaces the status of a record (merge patch on the status subresource).
