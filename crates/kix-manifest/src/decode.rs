@@ -177,6 +177,9 @@ fn read_json_stream(text: &str, fast: bool) -> Result<Vec<Document>, DecodeError
     let mut values = serde_json::Deserializer::from_str(text).into_iter::<CompactValue>();
     let mut count = 0;
     let mut end = 0;
+    // Lines counted up to an offset, carried forward: counting from the
+    // start for each object made a stream of many objects quadratic.
+    let mut lines: (usize, u32) = (0, 1);
     loop {
         let start = end + (text[end..].len() - text[end..].trim_start().len());
         match values.next() {
@@ -188,9 +191,11 @@ fn read_json_stream(text: &str, fast: bool) -> Result<Vec<Document>, DecodeError
                     continue;
                 }
                 let value = kubectl_numbers(value);
+                let breaks = line_at(&text[lines.0..start], usize::MAX) - 1;
+                lines = (start, lines.1.saturating_add(breaks));
                 documents.push(Document {
                     value,
-                    line: Some(line_at(text, start)),
+                    line: Some(lines.1),
                     item_lines: Vec::new(),
                 });
             }

@@ -75,13 +75,23 @@ use crate::walk::{EntryKind, walk};
 /// The only format this reader knows.
 pub const FORMAT: u32 = 1;
 
+/// Largest `kix.json` or `package.json` read (or [`ReadOptions::max_file_bytes`]
+/// when lower): they hold names and rules, and JSON read into values takes
+/// many times its size in memory.
+pub const MAX_METADATA_FILE_BYTES: u64 = 1024 * 1024;
+
 /// Limits and the store location for [`read_tree`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadOptions {
     /// The tree root and every symlink in it must resolve inside this
     /// directory. Default `/nix/store`.
     pub store_dir: PathBuf,
-    /// Largest file read (kix.json, package.json, resources). Default 16 MiB.
+    /// Largest file read (kix.json, package.json, resources, encrypted
+    /// files). Default 16 MiB; `kix.json` and `package.json` at most
+    /// [`MAX_METADATA_FILE_BYTES`]. Within a file, YAML aliases may add at
+    /// most a share of the file's own nodes and its length in bytes (see
+    /// `yaml.rs`), and nesting is at most 128 levels deep, so the memory a
+    /// file takes is bounded by its size.
     pub max_file_bytes: u64,
     /// Largest object, measured as compact JSON. Default 1 MiB (etcd's
     /// default request limit is 1.5 MiB).
@@ -407,8 +417,13 @@ pub fn settings_hint(root: &Path) -> Option<Settings> {
         #[serde(default)]
         settings: Settings,
     }
-    let text = std::fs::read_to_string(root.join("kix.json")).ok()?;
-    serde_json::from_str::<Head>(&text)
+    let mut text = Vec::new();
+    File::open(root.join("kix.json"))
+        .ok()?
+        .take(MAX_METADATA_FILE_BYTES)
+        .read_to_end(&mut text)
+        .ok()?;
+    serde_json::from_slice::<Head>(&text)
         .ok()
         .map(|head| head.settings)
 }
@@ -766,11 +781,22 @@ struct Reader<'a> {
 impl Reader<'_> {
     /// Reads a whole file, refusing files over the size limit.
     fn read_file(&self, rel: &Path) -> Result<Vec<u8>, TreeError> {
+        self.read_file_at_most(rel, self.options.max_file_bytes)
+    }
+
+    /// Reads `kix.json` or a `package.json`, refusing files over their
+    /// limit.
+    fn read_metadata_file(&self, rel: &Path) -> Result<Vec<u8>, TreeError> {
+        let limit = MAX_METADATA_FILE_BYTES.min(self.options.max_file_bytes);
+        self.read_file_at_most(rel, limit)
+    }
+
+    /// Reads a whole file, refusing files over `limit` bytes.
+    fn read_file_at_most(&self, rel: &Path, limit: u64) -> Result<Vec<u8>, TreeError> {
         let io_err = |e: io::Error| TreeError::Io {
             path: rel.to_path_buf(),
             message: e.to_string(),
         };
-        let limit = self.options.max_file_bytes;
         let file = File::open(self.root.join(rel)).map_err(io_err)?;
         let size = file.metadata().map_err(io_err)?.len();
         if size > limit {
@@ -872,7 +898,7 @@ impl Reader<'_> {
     }
 
     fn read_kix_json(&self, rel: &Path) -> Result<KixInfo, TreeError> {
-        let bytes = self.read_file(rel)?;
+        let bytes = self.read_metadata_file(rel)?;
         let unparsable = |e: serde_json::Error| TreeError::Unparsable {
             file: rel.to_path_buf(),
             message: e.to_string(),
@@ -947,7 +973,7 @@ impl Reader<'_> {
             Some(EntryKind::File) => {}
             Some(_) => return Err(TreeError::NotAFile { file: json_path }),
         }
-        let bytes = self.read_file(&json_path)?;
+        let bytes = self.read_metadata_file(&json_path)?;
         let meta: PackageJson =
             serde_json::from_slice(&bytes).map_err(|e| TreeError::Unparsable {
                 file: json_path.clone(),

@@ -49,26 +49,31 @@ pub(crate) struct YamlError {
 /// file, as kubectl reads it; `None` for an empty document (only comments,
 /// or `null`), which kubectl skips.
 pub(crate) fn parse_chunk(text: &str, first_line: u32) -> Result<Option<YamlDocument>, YamlError> {
-    let options = granit_parser::options! {
-        emit_comments: false,
-        disallow_directives: true,
-        // libyaml's way: a BOM inside a document is content.
-        bom_inside_document_as_content: true,
-        block_nesting_limit: MAX_DEPTH,
-        flow_nesting_limit: MAX_DEPTH,
-        // For the names, which go-yaml v2 reads differently.
-        emit_anchor_events: true,
+    let options = || {
+        granit_parser::options! {
+            emit_comments: false,
+            disallow_directives: true,
+            // libyaml's way: a BOM inside a document is content.
+            bom_inside_document_as_content: true,
+            block_nesting_limit: MAX_DEPTH,
+            flow_nesting_limit: MAX_DEPTH,
+            // For the names, which go-yaml v2 reads differently.
+            emit_anchor_events: true,
+        }
     };
     let has_tabs = text.contains('\t');
     let mut reader = Composer {
-        events: Parser::new_from_str_with_options(text, options),
+        events: Parser::new_from_str_with_options(text, options()),
         text,
         first_line,
         flow: 0,
         tabs: has_tabs.then(Tabs::default),
+        named: anchors_named(text, options()),
         anchors: HashMap::new(),
+        budget: Budget::for_text(text.len()),
         depth: 0,
         nodes: 0,
+        bytes: 0,
         aliased_nodes: 0,
         item_lines: Vec::new(),
     };
@@ -77,6 +82,23 @@ pub(crate) fn parse_chunk(text: &str, first_line: u32) -> Result<Option<YamlDocu
         check_tabs(text, first_line, tabs)?;
     }
     Ok(document)
+}
+
+/// The anchors (by id) that an alias of `text` names: only their values
+/// are kept. A first reading of the events, only when the text could have
+/// both an anchor and an alias (a syntax error ends it: the reading proper
+/// reports it).
+fn anchors_named(text: &str, options: granit_parser::Options) -> HashSet<usize> {
+    if !(text.contains('&') && text.contains('*')) {
+        return HashSet::new();
+    }
+    Parser::new_from_str_with_options(text, options)
+        .map_while(Result::ok)
+        .filter_map(|(event, _)| match event {
+            Event::Alias(id) => Some(id),
+            _ => None,
+        })
+        .collect()
 }
 
 /// go-yaml v2 refuses tabs in block context where a token may start (at
@@ -94,13 +116,20 @@ fn check_tabs(text: &str, first_line: u32, tabs: &Tabs) -> Result<(), YamlError>
             continue;
         };
         let number = u32::try_from(i + 1).unwrap_or(u32::MAX);
-        let in_block = tabs.blocks.iter().any(|b| {
-            number > b.first_content_line && number <= b.last_line && first_tab >= b.indent
-        });
+        // Blocks and scalars are recorded in text order and do not
+        // overlap: only the last one that starts before a tab can hold it
+        // (a search, not a scan: many tabs and scalars stay linear).
+        let before = tabs
+            .blocks
+            .partition_point(|b| b.first_content_line < number);
+        let in_block = before > 0 && {
+            let b = &tabs.blocks[before - 1];
+            number <= b.last_line && first_tab >= b.indent
+        };
         let all_inline = line.match_indices('\t').all(|(at, _)| {
-            tabs.inline
-                .iter()
-                .any(|&(from, to)| from < start + at && start + at < to)
+            let at = start + at;
+            let before = tabs.inline.partition_point(|&(from, _)| from < at);
+            before > 0 && at < tabs.inline[before - 1].1
         });
         if !(in_block || all_inline) {
             return Err(YamlError {
@@ -117,8 +146,10 @@ fn check_tabs(text: &str, first_line: u32, tabs: &Tabs) -> Result<(), YamlError>
 /// Where tabs are content, when the text has tabs to check.
 #[derive(Default)]
 struct Tabs {
+    /// In text order; only blocks with content.
     blocks: Vec<BlockScalar>,
-    /// Byte ranges of plain and quoted scalars, each on its first line.
+    /// Byte ranges of plain and quoted scalars, each on its first line, in
+    /// text order.
     inline: Vec<(usize, usize)>,
 }
 
@@ -134,8 +165,79 @@ struct BlockScalar {
 /// v2) refuses a document when over 100 decoded nodes come from aliases
 /// and they are over 10 % (for large documents; up to 99 % for small ones)
 /// of its decoded nodes; these limits refuse at least what it refuses.
+///
+/// The share is checked once the document is read; while it is read, the
+/// nodes aliases add are held under the most that share could allow for a
+/// text of its length ([`Budget`]), so a "billion laughs" (anchors of
+/// aliases of anchors) stops after a few hundred nodes, in memory and
+/// time bounded by the text's length, not after expanding in full.
 const ALIAS_NODES_FREE: usize = 100;
 const ALIAS_SHARE_PERCENT: usize = 5;
+/// Bytes of scalar text (keys and values) that aliases may repeat in a
+/// document beyond the length of its own text: one alias of a large value
+/// is one node, so nodes alone do not bound the memory.
+const ALIAS_BYTES_FREE: usize = 1024 * 1024;
+
+/// What aliases may add to a document while it is read, and what they
+/// have added. An anchor's value is kept (copied) only when an alias names
+/// it, and the copy is charged at once, as that alias will add as much:
+/// so anchors nested in anchors cannot copy a document many times over
+/// before the first alias is checked.
+struct Budget {
+    max_nodes: usize,
+    max_bytes: usize,
+    /// Nodes and scalar bytes added by aliases, plus those of the kept
+    /// anchors that no alias has named yet.
+    nodes: usize,
+    bytes: usize,
+}
+
+impl Budget {
+    /// The most the end-of-document check could accept for a text of
+    /// `len` bytes (every node that is not an alias takes at least half a
+    /// byte of it), and [`ALIAS_BYTES_FREE`] bytes beyond its length.
+    fn for_text(len: usize) -> Budget {
+        let own_nodes = len.saturating_add(1).saturating_mul(2);
+        let share = own_nodes / (100 - ALIAS_SHARE_PERCENT) * ALIAS_SHARE_PERCENT;
+        Budget {
+            max_nodes: share.max(ALIAS_NODES_FREE),
+            max_bytes: len.saturating_add(ALIAS_BYTES_FREE),
+            nodes: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Adds what an alias expands to; the limit it would pass, if any.
+    fn charge(&mut self, nodes: usize, bytes: usize) -> Option<String> {
+        self.nodes = self.nodes.saturating_add(nodes);
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.nodes > self.max_nodes {
+            return Some(format!(
+                "aliases expand to more than {} nodes, more than kix reads in a document of \
+                 this length (kubectl too refuses excessive aliasing): write the repeated parts \
+                 out",
+                self.max_nodes
+            ));
+        }
+        if self.bytes > self.max_bytes {
+            return Some(format!(
+                "aliases repeat more than {} bytes of text (a document may repeat at most its \
+                 own length and 1 MiB through aliases): write the repeated parts out",
+                self.max_bytes
+            ));
+        }
+        None
+    }
+}
+
+/// A kept anchor: its value, the nodes and scalar bytes it counts for,
+/// and whether the charge paid when it was kept still covers an alias.
+struct Anchored {
+    value: Value,
+    nodes: usize,
+    bytes: usize,
+    prepaid: bool,
+}
 
 const ALIAS_END: &str = "an alias not followed by a space, which kubectl's YAML reader refuses: \
                          add a space after it";
@@ -148,11 +250,16 @@ struct Composer<'a> {
     flow: usize,
     /// Where tabs are content, when the text has tabs to check.
     tabs: Option<Tabs>,
-    /// Anchor id -> the anchored node's value and its node count.
-    anchors: HashMap<usize, (Value, usize)>,
+    /// The anchors an alias names ([`anchors_named`]).
+    named: HashSet<usize>,
+    /// Anchor id -> the anchored node, for those an alias names.
+    anchors: HashMap<usize, Anchored>,
+    budget: Budget,
     depth: usize,
     /// Nodes read, keys included, aliases counted as what they expand to.
     nodes: usize,
+    /// Bytes of the scalars read, counted so too.
+    bytes: usize,
     /// Of those, the nodes that came from alias expansion.
     aliased_nodes: usize,
     item_lines: Vec<u32>,
@@ -291,6 +398,7 @@ impl<'a> Composer<'a> {
                     return Err(self.tag_error(&span, &tag.to_string()));
                 }
                 self.check_scalar(&text, style, &span)?;
+                let len = text.len();
                 let value = if style == ScalarStyle::Plain {
                     plain_json(&text, resolve_plain(&text)).map_err(|_| {
                         self.error(
@@ -304,19 +412,21 @@ impl<'a> Composer<'a> {
                 } else {
                     Value::String(text.into_owned())
                 };
-                self.anchor(anchor, &value, 1);
+                self.bytes += len;
+                self.anchor(anchor, &value, (1, len), &span)?;
                 Ok(value)
             }
             Event::SequenceStart(style, anchor, tag) => {
                 if let Some(tag) = tag {
                     return Err(self.tag_error(&span, &tag.to_string()));
                 }
-                let before = self.nodes;
+                let before = (self.nodes, self.bytes);
                 let flow = usize::from(style == StructureStyle::Flow);
                 self.flow += flow;
                 let value = self.sequence(&span, false)?;
                 self.flow -= flow;
-                self.anchor(anchor, &value, self.nodes - before + 1);
+                let size = (self.nodes - before.0 + 1, self.bytes - before.1);
+                self.anchor(anchor, &value, size, &span)?;
                 Ok(value)
             }
             Event::MappingStart(style, anchor, tag) => {
@@ -336,12 +446,13 @@ impl<'a> Composer<'a> {
                          otherwise: write it as `{key: value}`, or quote it",
                     ));
                 }
-                let before = self.nodes;
+                let before = (self.nodes, self.bytes);
                 let flow = usize::from(style == StructureStyle::Flow);
                 self.flow += flow;
                 let value = Value::Object(self.mapping(&span, root)?);
                 self.flow -= flow;
-                self.anchor(anchor, &value, self.nodes - before + 1);
+                let size = (self.nodes - before.0 + 1, self.bytes - before.1);
+                self.anchor(anchor, &value, size, &span)?;
                 Ok(value)
             }
             Event::Alias(id) => {
@@ -349,13 +460,7 @@ impl<'a> Composer<'a> {
                 if !self.ends_anchor(&span) {
                     return Err(self.error(&span, ALIAS_END));
                 }
-                let Some((value, count)) = self.anchors.get(&id) else {
-                    return Err(self.error(&span, "alias to an unknown anchor"));
-                };
-                let value = value.clone();
-                self.nodes += count;
-                self.aliased_nodes += count;
-                Ok(value)
+                self.alias(id, &span, false)
             }
             _ => Err(self.error(&span, "expected a YAML node")),
         }
@@ -422,12 +527,15 @@ impl<'a> Composer<'a> {
                         .split('\n')
                         .skip(1)
                         .position(|l| !l.trim_start_matches(' ').is_empty())
-                        .map_or(u32::MAX, |i| start + 1 + u32::try_from(i).unwrap_or(0));
-                    tabs.blocks.push(BlockScalar {
-                        first_content_line: first_content,
-                        last_line: u32::try_from(span.end.line()).unwrap_or(u32::MAX),
-                        indent,
-                    });
+                        .map(|i| start + 1 + u32::try_from(i).unwrap_or(0));
+                    // A block with no content holds no tab.
+                    if let Some(first_content_line) = first_content {
+                        tabs.blocks.push(BlockScalar {
+                            first_content_line,
+                            last_line: u32::try_from(span.end.line()).unwrap_or(u32::MAX),
+                            indent,
+                        });
+                    }
                 }
             }
             _ => {}
@@ -435,10 +543,52 @@ impl<'a> Composer<'a> {
         Ok(())
     }
 
-    fn anchor(&mut self, anchor: usize, value: &Value, count: usize) {
-        if anchor != 0 {
-            self.anchors.insert(anchor, (value.clone(), count));
+    /// Keeps the value of `anchor` (its nodes and scalar bytes: `size`)
+    /// when an alias names it, charging the budget for it.
+    fn anchor(
+        &mut self,
+        anchor: usize,
+        value: &Value,
+        size: (usize, usize),
+        span: &Span,
+    ) -> Result<(), YamlError> {
+        if anchor == 0 || !self.named.contains(&anchor) {
+            return Ok(());
         }
+        let (nodes, bytes) = size;
+        if let Some(message) = self.budget.charge(nodes, bytes) {
+            return Err(self.error(span, message));
+        }
+        let kept = Anchored {
+            value: value.clone(),
+            nodes,
+            bytes,
+            prepaid: true,
+        };
+        self.anchors.insert(anchor, kept);
+        Ok(())
+    }
+
+    /// The value of an alias of anchor `id`, its expansion counted and
+    /// charged to the budget (before it is copied). `key`: the alias is a
+    /// mapping key, which counts as one node.
+    fn alias(&mut self, id: usize, span: &Span, key: bool) -> Result<Value, YamlError> {
+        let Some(kept) = self.anchors.get_mut(&id) else {
+            return Err(self.error(span, "alias to an unknown anchor"));
+        };
+        let (nodes, bytes) = (if key { 0 } else { kept.nodes }, kept.bytes);
+        if kept.prepaid {
+            // Paid when kept, for all its nodes.
+            kept.prepaid = false;
+            self.budget.nodes -= kept.nodes - nodes;
+        } else if let Some(message) = self.budget.charge(nodes, bytes) {
+            return Err(self.error(span, message));
+        }
+        let value = self.anchors[&id].value.clone();
+        self.nodes += nodes;
+        self.aliased_nodes += nodes;
+        self.bytes += bytes;
+        Ok(value)
     }
 
     fn tag_error(&self, span: &Span, tag: &str) -> YamlError {
@@ -553,32 +703,29 @@ impl<'a> Composer<'a> {
                          it on one line",
                     ));
                 }
-                if style != ScalarStyle::Plain {
-                    self.anchor(anchor, &Value::String(text.to_string()), 1);
-                    return Ok(Key::Text(text.into_owned()));
+                self.bytes += text.len();
+                let plain = match style {
+                    ScalarStyle::Plain => resolve_plain(&text),
+                    _ => Plain::Str,
+                };
+                if matches!(plain, Plain::Str | Plain::Merge) && anchor != 0 {
+                    let value = Value::String(text.to_string());
+                    self.anchor(anchor, &value, (1, text.len()), span)?;
                 }
-                let plain = resolve_plain(&text);
                 match plain {
-                    Plain::Str => {
-                        self.anchor(anchor, &Value::String(text.to_string()), 1);
-                        Ok(Key::Text(text.into_owned()))
-                    }
-                    Plain::Merge => {
-                        self.anchor(anchor, &Value::String(text.to_string()), 1);
-                        Ok(Key::Merge)
-                    }
+                    Plain::Str => Ok(Key::Text(text.into_owned())),
+                    Plain::Merge => Ok(Key::Merge),
                     other => Err(self.non_string_key(span, &text, &other)),
                 }
             }
             Event::Alias(_) if !self.ends_anchor(span) => Err(self.error(span, ALIAS_END)),
-            Event::Alias(id) => match self.anchors.get(&id) {
-                Some((Value::String(s), _)) => Ok(Key::Text(s.clone())),
-                Some(_) => Err(self.error(
+            Event::Alias(id) => match self.alias(id, span, true)? {
+                Value::String(s) => Ok(Key::Text(s)),
+                _ => Err(self.error(
                     span,
                     "an alias to something other than a string as a key: kubectl cannot use it; \
                      write the key out",
                 )),
-                None => Err(self.error(span, "alias to an unknown anchor")),
             },
             _ => Err(self.error(
                 span,

@@ -8,7 +8,7 @@
 //! outside encryption, an integer past int64, a tag other than `!!str`) is
 //! refused rather than guessed. No message quotes a value.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use granit_parser::{Event, Parser, ScalarStyle, Span, Tag};
 
@@ -17,23 +17,50 @@ use crate::tree::Node;
 
 /// Deepest nesting read.
 const MAX_DEPTH: usize = 128;
-/// Most nodes a file may expand to through aliases ("billion laughs").
+/// Most nodes a file may count, aliases counted as what they expand to
+/// and kept anchors once more ("billion laughs"): checked before a value is
+/// copied, so memory stays bounded.
 const MAX_NODES: usize = 1 << 20;
+/// Bytes of scalar text (keys and values) that aliases may repeat beyond
+/// the length of the file: one alias of a large value is one node.
+const ALIAS_BYTES_FREE: usize = 1024 * 1024;
 
 /// The documents of `text`.
 pub(crate) fn parse(text: &str) -> Result<Vec<Node>, Reason> {
-    let options = granit_parser::options! {
-        emit_comments: false,
-        block_nesting_limit: MAX_DEPTH,
-        flow_nesting_limit: MAX_DEPTH,
+    let options = || {
+        granit_parser::options! {
+            emit_comments: false,
+            block_nesting_limit: MAX_DEPTH,
+            flow_nesting_limit: MAX_DEPTH,
+        }
     };
     let mut reader = Reader {
-        events: Parser::new_from_str_with_options(text, options),
+        events: Parser::new_from_str_with_options(text, options()),
+        named: anchors_named(text, options()),
         anchors: HashMap::new(),
         depth: 0,
         nodes: 0,
+        alias_bytes: 0,
+        max_alias_bytes: text.len().saturating_add(ALIAS_BYTES_FREE),
     };
     reader.stream()
+}
+
+/// The anchors (by id) that an alias of `text` names: only their values
+/// are kept. A first reading of the events, only when the text could have
+/// both an anchor and an alias (a syntax error ends it: the reading proper
+/// reports it).
+fn anchors_named(text: &str, options: granit_parser::Options) -> HashSet<usize> {
+    if !(text.contains('&') && text.contains('*')) {
+        return HashSet::new();
+    }
+    Parser::new_from_str_with_options(text, options)
+        .map_while(Result::ok)
+        .filter_map(|(event, _)| match event {
+            Event::Alias(id) => Some(id),
+            _ => None,
+        })
+        .collect()
 }
 
 fn syntax(line: usize, message: impl Into<String>) -> Reason {
@@ -46,9 +73,16 @@ fn syntax(line: usize, message: impl Into<String>) -> Reason {
 
 struct Reader<'a> {
     events: Parser<'a, granit_parser::StrInput<'a>>,
-    anchors: HashMap<usize, Node>,
+    /// The anchors an alias names ([`anchors_named`]).
+    named: HashSet<usize>,
+    /// Anchor id -> the node, its node count and scalar bytes, for those
+    /// an alias names.
+    anchors: HashMap<usize, (Node, usize, usize)>,
     depth: usize,
     nodes: usize,
+    /// Scalar bytes repeated by aliases, and the most allowed.
+    alias_bytes: usize,
+    max_alias_bytes: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -116,17 +150,31 @@ impl<'a> Reader<'a> {
                 (self.nested(&span, Self::mapping)?, anchor)
             }
             Event::Alias(id) => {
-                let node =
-                    self.anchors.get(&id).cloned().ok_or_else(|| {
-                        syntax(span.start.line(), "an alias of an unknown anchor")
-                    })?;
-                self.count(size(&node), &span)?;
-                return Ok(node);
+                let Some(&(_, nodes, bytes)) = self.anchors.get(&id) else {
+                    return Err(syntax(span.start.line(), "an alias of an unknown anchor"));
+                };
+                // Counted before the copy is made.
+                self.count(nodes, &span)?;
+                self.alias_bytes = self.alias_bytes.saturating_add(bytes);
+                if self.alias_bytes > self.max_alias_bytes {
+                    return Err(syntax(
+                        span.start.line(),
+                        format!(
+                            "aliases repeat more than {} bytes of text (aliases expand too far)",
+                            self.max_alias_bytes
+                        ),
+                    ));
+                }
+                return Ok(self.anchors[&id].0.clone());
             }
             _ => return Err(syntax(span.start.line(), "expected a YAML node")),
         };
-        if anchor != 0 {
-            self.anchors.insert(anchor, node.clone());
+        if anchor != 0 && self.named.contains(&anchor) {
+            // The copy kept counts too: anchors nested in anchors cannot
+            // copy the file many times over.
+            let (nodes, bytes) = size(&node);
+            self.count(nodes, &span)?;
+            self.anchors.insert(anchor, (node.clone(), nodes, bytes));
         }
         Ok(node)
     }
@@ -158,6 +206,9 @@ impl<'a> Reader<'a> {
 
     fn mapping(&mut self) -> Result<Node, Reason> {
         let mut entries: Vec<(String, Node)> = Vec::new();
+        // The keys so far: a search per key, not a scan (many keys stay
+        // linear).
+        let mut keys: HashSet<String> = HashSet::new();
         loop {
             let (event, span) = self.next()?;
             if matches!(event, Event::MappingEnd) {
@@ -170,7 +221,7 @@ impl<'a> Reader<'a> {
                     "a mapping key that is not a string (sops reads string keys only)",
                 ));
             };
-            if entries.iter().any(|(k, _)| *k == key) {
+            if !keys.insert(key.clone()) {
                 return Err(syntax(
                     line,
                     format!("the key `{key}` appears twice in one mapping"),
@@ -183,12 +234,18 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The nodes `node` counts for, itself included.
-fn size(node: &Node) -> usize {
+/// The nodes `node` counts for, itself included, and the bytes of its
+/// strings (keys included).
+fn size(node: &Node) -> (usize, usize) {
+    let add = |(n, b): (usize, usize), (m, c): (usize, usize)| (n + m, b + c);
     match node {
-        Node::Seq(items) => 1 + items.iter().map(size).sum::<usize>(),
-        Node::Map(entries) => 1 + entries.iter().map(|(_, n)| 1 + size(n)).sum::<usize>(),
-        _ => 1,
+        Node::Seq(items) => items.iter().map(size).fold((1, 0), add),
+        Node::Map(entries) => entries
+            .iter()
+            .map(|(k, n)| add((1, k.len()), size(n)))
+            .fold((1, 0), add),
+        Node::Str(s) => (1, s.len()),
+        _ => (1, 0),
     }
 }
 
