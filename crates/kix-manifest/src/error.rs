@@ -167,6 +167,14 @@ pub enum TreeError {
     /// `file` is the one that crossed the limit.
     #[error("{}: the build has more than {limit} objects", file.display())]
     TooManyObjects { file: PathBuf, limit: usize },
+    /// A resource file (a name kubectl reads) whose path is not UTF-8:
+    /// named by its bytes, `\xe9` for a byte that is not ASCII.
+    #[error(
+        "{}: a resource file whose name is not UTF-8 (kubectl reads it; kix names every file it \
+         reads in records and plans, so it refuses the build): rename it",
+        escaped(file)
+    )]
+    NonUtf8Name { file: PathBuf },
     /// A file kix must read is a directory, a FIFO, a device...
     #[error("{} is not a regular file", file.display())]
     NotAFile { file: PathBuf },
@@ -226,6 +234,13 @@ pub enum TreeError {
         first: Box<(String, String)>,
         second: Box<(String, String)>,
     },
+}
+
+/// A path as its bytes, those that are not printable ASCII escaped
+/// (`caf\xe9.yaml`).
+fn escaped(path: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    path.as_os_str().as_bytes().escape_ascii().to_string()
 }
 
 /// `document 2 (line 14)`, or `document 2, items[3] (line 20)` with the

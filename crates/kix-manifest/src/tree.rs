@@ -19,8 +19,12 @@
 //!   `package.json` whose `name` is the directory's name, and every directory
 //!   under `packages/` is listed. Other files in `packages/` are ignored.
 //! * Resources are the files below `packages/<name>/resources/` (at any depth)
-//!   whose names end in `.json`, `.yaml` or `.yml` (lower case); any other
-//!   file (`README.md`, `app.yaml.bak`) is ignored.
+//!   whose names end in `.json`, `.yaml` or `.yml` (lower case), as
+//!   `kubectl apply -f DIR` chooses them: hidden files (`.app.yaml`) and a
+//!   file named just `.yaml` too. Any other file (`README.md`,
+//!   `app.yaml.bak`, `app.YAML`) is ignored. A resource file whose path is
+//!   not UTF-8 (kubectl reads it) is refused, named by its bytes: kix names
+//!   every file it reads in records and plans.
 //! * Every resource file is read as `kubectl apply -f` reads it (JSON
 //!   streams, `---` documents, YAML 1.1 scalars, Lists of any kind), or
 //!   refused where kubectl would read other values than written (non-string
@@ -619,6 +623,11 @@ fn package_dirs(
                 }
                 continue;
             }
+            if entry.rel.to_str().is_none() {
+                return Err(TreeError::NonUtf8Name {
+                    file: entry.rel.clone(),
+                });
+            }
             files.resources.push(entry.rel.clone());
         }
     }
@@ -1185,14 +1194,18 @@ pub fn yaml_document_line(bytes: &[u8], document: usize) -> Option<u32> {
     decode::locate(bytes, document.checked_sub(1)?).0
 }
 
-/// Whether `file` (below `resources/`) is a resource by its name.
+/// Whether `file` (below `resources/`) is a resource by its name, as
+/// kubectl's `-f DIR` decides: its extension (from the last `.` of the
+/// name, so `.yaml` has one) is `.json`, `.yaml` or `.yml`, compared as
+/// bytes (a name that is not UTF-8 has one too).
 fn is_resource_file(file: &Path) -> bool {
-    let Some(name) = file.file_name().and_then(|n| n.to_str()) else {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(name) = file.file_name() else {
         return false;
     };
     [".json", ".yaml", ".yml"]
         .iter()
-        .any(|ext| name.len() > ext.len() && name.ends_with(ext))
+        .any(|ext| name.as_bytes().ends_with(ext.as_bytes()))
 }
 
 /// Names kix uses as directory names, label values and API path segments:
@@ -1416,14 +1429,21 @@ mod tests {
 
     #[test]
     fn resource_file_names() {
-        for yes in ["a.json", "a.yaml", "a.yml", "x/y/.z.yaml", "a.b.yaml"] {
+        for yes in [
+            "a.json",
+            "a.yaml",
+            "a.yml",
+            "x/y/.z.yaml",
+            "a.b.yaml",
+            ".yaml",
+            ".json",
+        ] {
             assert!(is_resource_file(Path::new(yes)), "{yes}");
         }
         for no in [
             "a.yaml.bak",
             "a.YAML",
             "README.md",
-            ".yaml",
             "a.jsonl",
             "a.yaml~",
             "ayaml",
