@@ -19,10 +19,23 @@ pub struct VersionArg {
 impl VersionArg {
     /// Validates `build`; an unsupported version is an error naming it.
     pub fn validate(&self, build: &Build) -> anyhow::Result<Report> {
-        Ok(kix_validate::validate_build(
-            build,
-            self.kubernetes_version.as_deref(),
-        )?)
+        let mut report = kix_validate::validate_build(build, self.kubernetes_version.as_deref())?;
+        scrub_decrypted(build, &mut report);
+        Ok(report)
+    }
+}
+
+/// A finding about a decrypted Secret (the reader had a key) may quote a
+/// value that came out of decryption: scrubbed.
+fn scrub_decrypted(build: &Build, report: &mut Report) {
+    for finding in &mut report.findings {
+        let values = build
+            .objects()
+            .filter(|o| o.source == finding.file && o.document == finding.document)
+            .find_map(|o| o.decrypted.as_ref());
+        if let Some(values) = values {
+            finding.message = values.scrub(&finding.message).into_owned();
+        }
     }
 }
 

@@ -371,7 +371,10 @@ async fn apply_one(
     if !d.handed_off.is_empty() && p.action != Action::Create {
         ownership::hand_over(&api, &manifest, &d.handed_off, &manager)
             .await
-            .map_err(|e| format!("handing fields over: {}", crate::error::api_message(&e)))?;
+            .map_err(|e| {
+                let e = d.scrub_error(e);
+                format!("handing fields over: {}", crate::error::api_message(&e))
+            })?;
     }
     let (applied, _) = ownership::apply(
         client,
@@ -383,11 +386,15 @@ async fn apply_one(
         false,
     )
     .await;
-    let applied = applied.map_err(|e| crate::error::api_message(&e))?;
+    // The apiserver may quote a value it refuses.
+    let applied = applied.map_err(|e| crate::error::api_message(&d.scrub_error(e)))?;
     let object = match applied {
         ownership::Applied::Object(object) => object,
         ownership::Applied::Conflicts(contested) => {
-            let fields: Vec<String> = contested.iter().map(|c| c.describe(&d.cluster)).collect();
+            let fields: Vec<String> = contested
+                .iter()
+                .map(|c| d.scrub(&c.describe(&d.cluster)))
+                .collect();
             return Err(format!("conflict: {}", fields.join("; ")));
         }
     };
@@ -397,7 +404,7 @@ async fn apply_one(
             .map_err(|e| {
                 format!(
                     "releasing field manager kix: {}",
-                    crate::error::api_message(&e)
+                    crate::error::api_message(&d.scrub_error(e))
                 )
             })?;
     }

@@ -16,6 +16,7 @@ use kix_api::{
     ANNOTATION_DIGEST, LABEL_MANAGED_BY, LABEL_OWNER, LABEL_PACKAGE, MANAGED_BY_VALUE, owner_value,
 };
 use kix_manifest::node::{self, Node};
+use kix_manifest::secrets::DecryptedValues;
 use kix_manifest::secrets::kix_sops::{DigestKey, Reason};
 use kix_manifest::{
     Build, Object, ObjectKey, TreeError, canonical_digest, canonical_json, kind_rank,
@@ -53,9 +54,48 @@ pub struct Desired {
     pub digest: String,
     pub source: PathBuf,
     pub rank: u8,
+    /// From an encrypted file: which values came out of decryption
+    /// ([`kix_manifest::secrets::DecryptedValues`]); kix redacts them in
+    /// what it prints or stores of the object.
+    pub decrypted: Option<Arc<DecryptedValues>>,
 }
 
 impl Desired {
+    /// `text` (a message about this object) without its decrypted values.
+    pub fn scrub(&self, text: &str) -> String {
+        match &self.decrypted {
+            Some(values) => values.scrub(text).into_owned(),
+            None => text.to_owned(),
+        }
+    }
+
+    /// `error` (an apiserver's answer about this object) without its
+    /// decrypted values: the apiserver may quote a value it refuses.
+    pub fn scrub_error(&self, error: kube::Error) -> kube::Error {
+        let Some(values) = &self.decrypted else {
+            return error;
+        };
+        match error {
+            kube::Error::Api(mut status) => {
+                status.message = values.scrub(&status.message).into_owned();
+                if let Some(details) = status.details.as_mut() {
+                    for cause in &mut details.causes {
+                        cause.message = values.scrub(&cause.message).into_owned();
+                        cause.field = values.scrub(&cause.field).into_owned();
+                    }
+                }
+                kube::Error::Api(status)
+            }
+            // Anything else is printed whole: its text, scrubbed.
+            other => {
+                let text = other.to_string();
+                match values.scrub(&text) {
+                    std::borrow::Cow::Borrowed(_) => other,
+                    std::borrow::Cow::Owned(scrubbed) => kube::Error::Service(scrubbed.into()),
+                }
+            }
+        }
+    }
     /// The manifest as kix applies it: labels and digest included, the
     /// package's handed-off fields removed; the activations annotation is
     /// added at apply time.
@@ -208,6 +248,7 @@ fn desired_object(
         handed_off,
         digest,
         source: object.source.clone(),
+        decrypted: object.decrypted.clone(),
     }
 }
 

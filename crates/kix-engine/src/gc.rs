@@ -809,7 +809,7 @@ async fn execute_held(client: &Client, plan: &GcPlan, roots: &GcRoots) -> Result
                         )
                         .await
                         .map(|_| ())
-                        .map_err(|e| e.to_string())
+                        .map_err(|e| d.scrub_error(e).to_string())
                 }
                 None => Err("no manifest to re-apply".to_string()),
             },

@@ -844,7 +844,9 @@ async fn dry_run(
         true,
     );
     let ((result, warnings), live_read) = tokio::join!(apply, live_read);
-    planned.warnings = warnings;
+    // What the apiserver says of the object may quote its values.
+    planned.warnings = warnings.iter().map(|w| d.scrub(w)).collect();
+    let result = result.map_err(|e| d.scrub_error(e));
     checked(planned, d, cluster, result, live_read)
 }
 
@@ -892,7 +894,10 @@ fn checked(
         }
         Ok(Applied::Conflicts(contested)) => {
             planned.action = Action::Conflict;
-            planned.fields = contested.iter().map(|c| c.describe(cluster)).collect();
+            planned.fields = contested
+                .iter()
+                .map(|c| d.scrub(&c.describe(cluster)))
+                .collect();
             planned.contenders = contested
                 .iter()
                 .filter_map(|c| match c.contender() {
@@ -946,7 +951,11 @@ fn with_changes(
     result: &Value,
 ) {
     let manager = kix_api::field_manager(cluster);
-    planned.changes = diff(live, result, d.key.group_kind() == group_kind::SECRET);
+    let redaction = crate::diff::Redaction {
+        secret: d.key.group_kind() == group_kind::SECRET,
+        decrypted: d.decrypted.as_deref(),
+    };
+    planned.changes = diff(live, result, redaction);
     // The deploy hands them over first: their values stay.
     planned
         .changes

@@ -238,6 +238,11 @@ pub struct Object {
     pub document: usize,
     /// The package it belongs to.
     pub package: String,
+    /// Of an object from an encrypted file: which of its values came out of
+    /// decryption ([`crate::secrets::DecryptedValues`]), to be redacted
+    /// wherever kix prints or stores them. None for every other object.
+    #[serde(skip)]
+    pub decrypted: Option<Arc<crate::secrets::DecryptedValues>>,
 }
 
 impl Object {
@@ -262,6 +267,7 @@ impl Object {
             source,
             document,
             package,
+            decrypted: None,
         }
     }
 

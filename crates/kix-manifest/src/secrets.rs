@@ -10,13 +10,26 @@
 //! alike. Values never leave memory: errors name files, documents and
 //! reasons only.
 //!
+//! A decrypted object carries its provenance ([`Object::decrypted`]):
+//! where in it the values that were encrypted in the file are, and those
+//! values, so that whatever prints or stores something of the object (a
+//! plan's changes, an apiserver's error or warning about it) redacts them,
+//! whatever their path (a label, an annotation, `data`, `type`). Its name,
+//! namespace, apiVersion and kind are its identity: kix names the object by
+//! them everywhere, so they are shown even when the file encrypted them.
+//!
+//! [`Object::decrypted`]: crate::Object::decrypted
 //! [`ReadOptions::age_identities`]: crate::ReadOptions::age_identities
 //! [`ReadOptions::default`]: crate::ReadOptions
 //! [`Build::secrets_decrypted`]: crate::Build::secrets_decrypted
 
+use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::path::Component;
 use std::sync::{Arc, OnceLock};
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 pub use kix_sops;
 use kix_sops::Identities;
 use serde_json::{Value, json};
@@ -60,6 +73,133 @@ pub fn is_decrypted(object: &Object) -> bool {
         && parts.next() == Some(Component::Normal("secrets".as_ref()))
 }
 
+/// Printed instead of a value that came out of decryption.
+pub const REDACTED: &str = "(redacted)";
+
+/// A decrypted value shorter than this is not searched for in messages
+/// ([`DecryptedValues::scrub`]): it would match inside unrelated words. It
+/// is still redacted wherever kix prints it by its place (a plan's changes).
+pub const MIN_SCRUBBED_CHARS: usize = 4;
+
+/// The identity of an object: shown even when the file encrypted it.
+const IDENTITY: [&str; 4] = [
+    "/apiVersion",
+    "/kind",
+    "/metadata/name",
+    "/metadata/namespace",
+];
+
+/// The provenance of a decrypted object's values: the JSON pointers of the
+/// values that were encrypted in its file (its identity excepted), and the
+/// texts to scrub from messages about it. Debug never shows a value.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct DecryptedValues {
+    pointers: BTreeSet<String>,
+    /// Each decrypted string, its base64 (a `stringData` value as the
+    /// apiserver keeps it in `data`) and, for base64 text, what it decodes
+    /// to; longest first, so a longer value is replaced before a part of it.
+    texts: Vec<String>,
+}
+
+impl std::fmt::Debug for DecryptedValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DecryptedValues({} values, redacted)",
+            self.pointers.len()
+        )
+    }
+}
+
+impl DecryptedValues {
+    /// The values of `manifest` at `pointers` (those sops decrypted).
+    pub fn of(manifest: &Value, pointers: Vec<String>) -> DecryptedValues {
+        let pointers: BTreeSet<String> = pointers
+            .into_iter()
+            .filter(|p| !IDENTITY.contains(&p.as_str()))
+            .collect();
+        let mut texts = BTreeSet::new();
+        for value in pointers.iter().filter_map(|p| manifest.pointer(p)) {
+            let text = match value {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                // A boolean would match every "true" of a message; it is
+                // redacted by its place.
+                _ => continue,
+            };
+            let decoded = STANDARD
+                .decode(&text)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok());
+            texts.insert(STANDARD.encode(&text));
+            texts.extend(decoded);
+            texts.insert(text);
+        }
+        let mut texts: Vec<String> = texts
+            .into_iter()
+            .filter(|t| t.chars().count() >= MIN_SCRUBBED_CHARS)
+            .collect();
+        texts.sort_by_key(|t| std::cmp::Reverse(t.len()));
+        DecryptedValues { pointers, texts }
+    }
+
+    /// Whether the value at `pointer` came out of decryption.
+    pub fn contains(&self, pointer: &str) -> bool {
+        self.pointers.contains(pointer)
+    }
+
+    /// Whether the value at `pointer` came out of decryption or holds one.
+    pub fn within(&self, pointer: &str) -> bool {
+        self.pointers.iter().any(|p| {
+            p.strip_prefix(pointer)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+    }
+
+    /// `value` (found at `pointer`) with every decrypted value in it
+    /// replaced by [`REDACTED`].
+    pub fn redact(&self, pointer: &str, value: &Value) -> Value {
+        if self.contains(pointer) {
+            return Value::String(REDACTED.into());
+        }
+        if !self.within(pointer) {
+            return value.clone();
+        }
+        match value {
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| (k.clone(), self.redact(&child(pointer, k), v)))
+                    .collect(),
+            ),
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| self.redact(&child(pointer, &i.to_string()), v))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+
+    /// `text` (a message about the object: an apiserver's error or
+    /// warning) with every decrypted value in it replaced by [`REDACTED`].
+    pub fn scrub<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        let mut out = Cow::Borrowed(text);
+        for value in &self.texts {
+            if out.contains(value.as_str()) {
+                out = Cow::Owned(out.replace(value.as_str(), REDACTED));
+            }
+        }
+        out
+    }
+}
+
+/// The JSON pointer of `key` below `pointer`.
+pub fn child(pointer: &str, key: &str) -> String {
+    format!("{pointer}/{}", key.replace('~', "~0").replace('/', "~1"))
+}
+
 /// Decrypts `bytes` (the file of `secret`) with `identities`; its Secrets,
 /// in file order, with `namespace` (the package's) where they name none,
 /// and the key for their digests.
@@ -78,12 +218,17 @@ pub(crate) fn decrypt(
         }
     })?;
     let mut objects = Vec::new();
-    for (index, mut manifest) in decrypted.documents.into_iter().enumerate() {
+    let provenance = decrypted.decrypted.into_iter();
+    for (index, (mut manifest, pointers)) in
+        decrypted.documents.into_iter().zip(provenance).enumerate()
+    {
         let document = index + 1;
         if manifest.as_object().is_some_and(|m| m.is_empty()) {
             continue;
         }
-        let object = secret_object(&mut manifest, secret, document, namespace, max_object_bytes)?;
+        let mut object =
+            secret_object(&mut manifest, secret, document, namespace, max_object_bytes)?;
+        object.decrypted = Some(Arc::new(DecryptedValues::of(&manifest, pointers)));
         objects.push((document, object));
     }
     Ok((objects, decrypted.digest_key))
@@ -130,4 +275,46 @@ fn secret_object(
         document,
         secret.package.clone(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provenance_redacts_values_and_scrubs_messages_but_names_the_object() {
+        let manifest = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db", "annotations": {"a/b": "annotation-secret"}},
+            "stringData": {"password": "hunter22"}, "immutable": true});
+        let values = DecryptedValues::of(
+            &manifest,
+            [
+                "/apiVersion",
+                "/kind",
+                "/metadata/name",
+                "/metadata/annotations/a~1b",
+            ]
+            .into_iter()
+            .chain(["/stringData/password", "/immutable"])
+            .map(String::from)
+            .collect(),
+        );
+        assert!(!values.contains("/metadata/name"), "the identity is shown");
+        assert!(values.within("/metadata") && values.within("/metadata/annotations"));
+        assert!(!values.within("/meta") && !values.within("/metadata/labels"));
+        let redacted = values.redact("/metadata", &manifest["metadata"]);
+        assert_eq!(
+            redacted,
+            json!({"name": "db", "annotations": {"a/b": REDACTED}})
+        );
+        let message = format!(
+            "Secret \"db\": Invalid value: \"annotation-secret\", data.password: {}",
+            STANDARD.encode("hunter22")
+        );
+        assert_eq!(
+            values.scrub(&message),
+            "Secret \"db\": Invalid value: \"(redacted)\", data.password: (redacted)"
+        );
+        assert!(!format!("{values:?}").contains("hunter22"));
+    }
 }

@@ -175,32 +175,47 @@ fn go_parse_bool(s: &str) -> Option<bool> {
 }
 
 /// Decrypts every encrypted value of `documents` in place and returns the
-/// MAC sops would compute over them (upper-case hex of SHA-512).
+/// MAC sops would compute over them (upper-case hex of SHA-512) and, per
+/// document, the JSON pointers (RFC 6901) of the values it decrypted.
 pub(crate) fn decrypt_documents(
     documents: &mut [Node],
     metadata: &Metadata,
     key: &DataKey,
-) -> Result<String, Reason> {
+) -> Result<(String, Vec<Vec<String>>), Reason> {
     let mut walk = Walk {
         metadata,
         key,
         hash: Sha512::new(),
         path: Vec::new(),
+        pointer: String::new(),
+        decrypted: Vec::new(),
     };
     if metadata.mac_only_encrypted {
         walk.hash.update(MAC_ONLY_ENCRYPTED_INIT);
     }
+    let mut decrypted = Vec::with_capacity(documents.len());
     for document in documents.iter_mut() {
         walk.node(document)?;
+        decrypted.push(std::mem::take(&mut walk.decrypted));
     }
-    Ok(hex::encode_upper(walk.hash.finalize()))
+    Ok((hex::encode_upper(walk.hash.finalize()), decrypted))
 }
 
 struct Walk<'a> {
     metadata: &'a Metadata,
     key: &'a DataKey,
     hash: Sha512,
+    /// sops' path: mapping keys only (the additional data).
     path: Vec<String>,
+    /// The JSON pointer of the node being walked, sequence indexes included.
+    pointer: String,
+    /// The pointers of the values decrypted in the current document.
+    decrypted: Vec<String>,
+}
+
+/// `key` as a JSON pointer's reference token (`~` and `/` escaped).
+fn pointer_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
 }
 
 impl Walk<'_> {
@@ -208,15 +223,28 @@ impl Walk<'_> {
         match node {
             Node::Map(entries) => {
                 for (key, value) in entries.iter_mut() {
+                    let depth = self.pointer.len();
+                    self.pointer.push('/');
+                    self.pointer.push_str(&pointer_token(key));
                     self.path.push(std::mem::take(key));
                     let result = self.node(value);
                     *key = self.path.pop().unwrap_or_default();
+                    self.pointer.truncate(depth);
                     result?;
                 }
                 Ok(())
             }
             // sops' paths name mapping keys only, not sequence indexes.
-            Node::Seq(items) => items.iter_mut().try_for_each(|item| self.node(item)),
+            Node::Seq(items) => {
+                for (index, item) in items.iter_mut().enumerate() {
+                    let depth = self.pointer.len();
+                    self.pointer.push_str(&format!("/{index}"));
+                    let result = self.node(item);
+                    self.pointer.truncate(depth);
+                    result?;
+                }
+                Ok(())
+            }
             Node::Null => Ok(()),
             leaf => self.leaf(leaf),
         }
@@ -236,6 +264,7 @@ impl Walk<'_> {
             if !text.is_empty() {
                 let aad = format!("{path}:");
                 *leaf = open_value(text, self.key, &aad, &path)?;
+                self.decrypted.push(self.pointer.clone());
             }
         }
         if (!self.metadata.mac_only_encrypted || encrypted)

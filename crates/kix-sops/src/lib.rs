@@ -57,11 +57,16 @@ impl Format {
     }
 }
 
-/// The documents of a decrypted file, as JSON values in file order, and
-/// the key for digests of them. Debug shows how many there are, never a
-/// value.
+/// The documents of a decrypted file, as JSON values in file order, where
+/// in each the decrypted values are, and the key for digests of them.
+/// Debug shows how many there are, never a value.
 pub struct Decrypted {
     pub documents: Vec<serde_json::Value>,
+    /// Per document (same order), the JSON pointers (RFC 6901) of the
+    /// values that were encrypted in the file: their provenance, so that
+    /// whatever prints or stores a value can redact it. A value the file
+    /// left unencrypted is not among them.
+    pub decrypted: Vec<Vec<String>>,
     /// Derived from the identity that opened the file ([`DigestKey`]).
     pub digest_key: DigestKey,
 }
@@ -132,7 +137,7 @@ pub fn decrypt(
 ) -> Result<Decrypted, SopsError> {
     let (mut documents, metadata) = read(file, bytes, format)?;
     let (key, identity) = decrypt::data_key(&metadata, identities).map_err(|r| r.at(file))?;
-    let computed =
+    let (computed, decrypted) =
         decrypt::decrypt_documents(&mut documents, &metadata, &key).map_err(|r| r.at(file))?;
     let stored = decrypt::file_mac(&metadata, &key).map_err(|r| r.at(file))?;
     if stored != computed {
@@ -146,6 +151,7 @@ pub fn decrypt(
         .map_err(|r| r.at(file))?;
     Ok(Decrypted {
         documents,
+        decrypted,
         digest_key: DigestKey::of_identity(identity),
     })
 }
