@@ -203,7 +203,7 @@ async fn plan_member(
         client: None,
         build: build.build.clone(),
     };
-    let client = match member::client(member, &build.build, connect).await {
+    let client = match member::client_for_build(member, &build.build, connect).await {
         Ok(client) => client,
         Err(reason) => {
             plan.state = MemberState::Unreachable { reason };

@@ -251,7 +251,7 @@ async fn plan_target(
             to.name_any()
         ))
     })?;
-    let client = clients.own().clone();
+    let client = member::acting_for_build(clients, &target).map_err(fail)?;
     let plan_options = member_plan_options(options.is_operator(m), options);
     let state = match kix_engine::plan::plan(&client, &target, path.as_str(), &plan_options).await {
         Ok(p) => MemberState::Planned { plan: Box::new(p) },

@@ -19,6 +19,8 @@ use kube::discovery::ApiResource;
 use kube::{Client, Config};
 use serde_json::Value;
 
+pub mod tenancy;
+
 /// What a finished command printed.
 pub struct Run {
     pub code: Option<i32>,
