@@ -34,7 +34,7 @@ use crate::fast_yaml;
 use crate::published::drop_server_set;
 use crate::scalar::kubectl_number;
 use crate::value::CompactValue;
-use crate::yaml::{YamlDocument, parse_chunk};
+use crate::yaml::{Budget, YamlDocument, parse_chunk};
 
 /// How far kubectl looks for the `{` that makes a file a JSON stream.
 const JSON_SNIFF_BYTES: usize = 4096;
@@ -270,8 +270,9 @@ fn read_yaml(text: &str, first_line: u32, fast: bool) -> Result<Vec<Document>, D
             .collect());
     }
     let mut documents = Vec::new();
+    let mut budget = Budget::for_file(text.len());
     for chunk in chunks(text, first_line)? {
-        let parsed = parse_chunk(&chunk.text, chunk.first_line)
+        let parsed = parse_chunk(&chunk.text, chunk.first_line, &mut budget)
             .map_err(|e| DecodeError::at(e.line, e.message))?;
         if let Some(YamlDocument {
             value,

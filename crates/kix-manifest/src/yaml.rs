@@ -47,8 +47,13 @@ pub(crate) struct YamlError {
 
 /// Reads the chunk `text`, whose first line is line `first_line` of its
 /// file, as kubectl reads it; `None` for an empty document (only comments,
-/// or `null`), which kubectl skips.
-pub(crate) fn parse_chunk(text: &str, first_line: u32) -> Result<Option<YamlDocument>, YamlError> {
+/// or `null`), which kubectl skips. `file`: what aliases may still add in
+/// the file ([`Budget::for_file`]), shared by its chunks.
+pub(crate) fn parse_chunk(
+    text: &str,
+    first_line: u32,
+    file: &mut Budget,
+) -> Result<Option<YamlDocument>, YamlError> {
     let options = || {
         granit_parser::options! {
             emit_comments: false,
@@ -70,7 +75,8 @@ pub(crate) fn parse_chunk(text: &str, first_line: u32) -> Result<Option<YamlDocu
         tabs: has_tabs.then(Tabs::default),
         named: anchors_named(text, options()),
         anchors: HashMap::new(),
-        budget: Budget::for_text(text.len()),
+        budget: Budget::for_text("a document", text.len()),
+        file,
         depth: 0,
         nodes: 0,
         bytes: 0,
@@ -177,13 +183,23 @@ const ALIAS_SHARE_PERCENT: usize = 5;
 /// document beyond the length of its own text: one alias of a large value
 /// is one node, so nodes alone do not bound the memory.
 const ALIAS_BYTES_FREE: usize = 1024 * 1024;
+/// The nodes aliases may add in all the documents of a file together: one
+/// per this many bytes of the file, and at most [`ALIAS_NODES_FILE_MAX`]
+/// (about 50 MB of values), so a file of many small documents, each within
+/// its own limits, stays bounded too.
+const ALIAS_NODES_PER_FILE_BYTES: usize = 2;
+const ALIAS_NODES_FILE_MAX: usize = 500_000;
 
-/// What aliases may add to a document while it is read, and what they
-/// have added. An anchor's value is kept (copied) only when an alias names
-/// it, and the copy is charged at once, as that alias will add as much:
-/// so anchors nested in anchors cannot copy a document many times over
-/// before the first alias is checked.
-struct Budget {
+/// What aliases may add to a document (or a file, whose documents share
+/// one) while it is read, and what they have added. An anchor's value is
+/// kept (copied) only when an alias names it, and the copy is charged at
+/// once, as that alias will add as much: so anchors nested in anchors
+/// cannot copy a document many times over before the first alias is
+/// checked. A file has a budget of its own, for its length, so that many
+/// small documents, each within its own, do not add up past it.
+pub(crate) struct Budget {
+    /// `a document` or `a file`, for messages.
+    what: &'static str,
     max_nodes: usize,
     max_bytes: usize,
     /// Nodes and scalar bytes added by aliases, plus those of the kept
@@ -196,14 +212,27 @@ impl Budget {
     /// The most the end-of-document check could accept for a text of
     /// `len` bytes (every node that is not an alias takes at least half a
     /// byte of it), and [`ALIAS_BYTES_FREE`] bytes beyond its length.
-    fn for_text(len: usize) -> Budget {
+    fn for_text(what: &'static str, len: usize) -> Budget {
         let own_nodes = len.saturating_add(1).saturating_mul(2);
         let share = own_nodes / (100 - ALIAS_SHARE_PERCENT) * ALIAS_SHARE_PERCENT;
         Budget {
+            what,
             max_nodes: share.max(ALIAS_NODES_FREE),
             max_bytes: len.saturating_add(ALIAS_BYTES_FREE),
             nodes: 0,
             bytes: 0,
+        }
+    }
+
+    /// The budget of a file of `len` bytes, for all its documents: each
+    /// document's free nodes ([`ALIAS_NODES_FREE`]) count here, so tiny
+    /// documents cannot add them up past [`ALIAS_NODES_PER_FILE_BYTES`]
+    /// (nor a large document past [`ALIAS_NODES_FILE_MAX`]).
+    pub(crate) fn for_file(len: usize) -> Budget {
+        Budget {
+            max_nodes: (len / ALIAS_NODES_PER_FILE_BYTES)
+                .clamp(ALIAS_NODES_FREE, ALIAS_NODES_FILE_MAX),
+            ..Budget::for_text("a file", len)
         }
     }
 
@@ -213,17 +242,16 @@ impl Budget {
         self.bytes = self.bytes.saturating_add(bytes);
         if self.nodes > self.max_nodes {
             return Some(format!(
-                "aliases expand to more than {} nodes, more than kix reads in a document of \
-                 this length (kubectl too refuses excessive aliasing): write the repeated parts \
-                 out",
-                self.max_nodes
+                "aliases expand to more than {} nodes, more than kix reads in {} of this length \
+                 (kubectl too refuses excessive aliasing): write the repeated parts out",
+                self.max_nodes, self.what
             ));
         }
         if self.bytes > self.max_bytes {
             return Some(format!(
-                "aliases repeat more than {} bytes of text (a document may repeat at most its \
-                 own length and 1 MiB through aliases): write the repeated parts out",
-                self.max_bytes
+                "aliases repeat more than {} bytes of text ({} may repeat at most its own \
+                 length and 1 MiB through aliases): write the repeated parts out",
+                self.max_bytes, self.what
             ));
         }
         None
@@ -242,7 +270,7 @@ struct Anchored {
 const ALIAS_END: &str = "an alias not followed by a space, which kubectl's YAML reader refuses: \
                          add a space after it";
 
-struct Composer<'a> {
+struct Composer<'a, 'f> {
     events: Parser<'a, StrInput<'a>>,
     text: &'a str,
     first_line: u32,
@@ -255,6 +283,8 @@ struct Composer<'a> {
     /// Anchor id -> the anchored node, for those an alias names.
     anchors: HashMap<usize, Anchored>,
     budget: Budget,
+    /// The file's, shared with its other documents.
+    file: &'f mut Budget,
     depth: usize,
     /// Nodes read, keys included, aliases counted as what they expand to.
     nodes: usize,
@@ -271,7 +301,7 @@ enum Key {
     Merge,
 }
 
-impl<'a> Composer<'a> {
+impl<'a> Composer<'a, '_> {
     fn line(&self, span: &Span) -> u32 {
         let line = u32::try_from(span.start.line()).unwrap_or(u32::MAX);
         self.first_line.saturating_add(line.saturating_sub(1))
@@ -556,7 +586,7 @@ impl<'a> Composer<'a> {
             return Ok(());
         }
         let (nodes, bytes) = size;
-        if let Some(message) = self.budget.charge(nodes, bytes) {
+        if let Some(message) = self.charge(nodes, bytes) {
             return Err(self.error(span, message));
         }
         let kept = Anchored {
@@ -580,8 +610,10 @@ impl<'a> Composer<'a> {
         if kept.prepaid {
             // Paid when kept, for all its nodes.
             kept.prepaid = false;
-            self.budget.nodes -= kept.nodes - nodes;
-        } else if let Some(message) = self.budget.charge(nodes, bytes) {
+            let unused = kept.nodes - nodes;
+            self.budget.nodes -= unused;
+            self.file.nodes -= unused;
+        } else if let Some(message) = self.charge(nodes, bytes) {
             return Err(self.error(span, message));
         }
         let value = self.anchors[&id].value.clone();
@@ -589,6 +621,13 @@ impl<'a> Composer<'a> {
         self.aliased_nodes += nodes;
         self.bytes += bytes;
         Ok(value)
+    }
+
+    /// Charges the document's budget and the file's.
+    fn charge(&mut self, nodes: usize, bytes: usize) -> Option<String> {
+        let document = self.budget.charge(nodes, bytes);
+        let file = self.file.charge(nodes, bytes);
+        document.or(file)
     }
 
     fn tag_error(&self, span: &Span, tag: &str) -> YamlError {

@@ -271,6 +271,35 @@ fn an_alias_of_a_large_value_repeated_is_refused_by_its_bytes() {
     );
 }
 
+#[test]
+fn many_documents_each_within_its_budget_do_not_add_up_past_the_files() {
+    // Each document repeats 16 KiB 60 times (under its own limits): 500 of
+    // them held about 500 MiB.
+    let chunk = format!(
+        "a: &a \"{}\"\nb: [{}]\n---\n",
+        "x".repeat(16 * 1024),
+        ["*a"; 60].join(", ")
+    );
+    refused(
+        "many documents of large aliases",
+        "docs.yaml",
+        chunk.repeat(500).as_bytes(),
+        "a file may repeat at most its own length and 1 MiB",
+    );
+    // Each document's aliases add 90 nodes (under the 100 a document may
+    // add freely): 30,000 of them held 2.7 million nodes.
+    let chunk = format!(
+        "a: &a [~, ~, ~, ~, ~, ~, ~, ~, ~]\nb: [{}]\n---\n",
+        ["*a"; 10].join(", ")
+    );
+    refused(
+        "many documents of aliases",
+        "nodes.yaml",
+        chunk.repeat(30_000).as_bytes(),
+        "more than kix reads in a file of this length",
+    );
+}
+
 /// `levels` mappings each anchored inside the one above, around `inner`.
 fn nested_anchors(levels: usize, inner: &str, alias_all: bool) -> String {
     let mut text = String::from(CM);
@@ -465,4 +494,17 @@ fn what_kubectl_reads_with_aliases_still_reads() {
     store.write("packages/app/resources/ok.yaml", text.as_bytes());
     let (read, _) = store.read("aliases by hand");
     assert_eq!(read, Ok(1));
+    // Fifty documents, each merging shared defaults in.
+    let documents: String = (0..50)
+        .map(|i| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\n\
+                 defaults: &d {{a: \"1\", b: \"2\", c: \"3\", d: \"4\", e: \"5\"}}\n\
+                 data:\n  <<: *d\n  own: \"{i}\"\nmore: [*d, *d]\n---\n"
+            )
+        })
+        .collect();
+    store.write("packages/app/resources/ok.yaml", documents.as_bytes());
+    let (read, _) = store.read("merged defaults in fifty documents");
+    assert_eq!(read, Ok(50));
 }
