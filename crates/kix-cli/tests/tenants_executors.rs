@@ -6,7 +6,7 @@
 //! front end runs it. `kix deploy` and the operator are shown in
 //! `tenants.rs` (`a_local_deploy_acts_as_the_account_its_build_names`,
 //! `the_operator_acts_for_each_record_as_its_account`); here: `kix fleet
-//! deploy`.
+//! deploy`, `kix rollback`, `kix gc`.
 
 mod common;
 
@@ -147,4 +147,129 @@ async fn a_fleet_member_acts_as_the_account_its_build_names() {
         "the refusal names the tenant's account and what it may not write: {text}"
     );
     assert_nothing_written(&b, &a.namespace, mark);
+}
+
+/// `kix rollback` to a tenant's build acts as the account that build
+/// names, whoever runs it: a record of an overreaching build (written as a
+/// platform subject could have written it, marked Superseded) is rolled
+/// back to by the admin, and the apiserver refuses it as the tenant.
+#[tokio::test]
+async fn a_rollback_acts_as_the_account_its_target_build_names() {
+    let (a, b) = two_tenants("tenant-rollback").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gcroots = dir.path().join("gcroots");
+    let good = tenancy::tree(&dir.path().join("good"), &a.cluster, &a.namespace, None);
+    let run = kix(&gcroots, &["deploy", &a.cluster, "--path", &good, "--yes"]);
+    assert_eq!(run.code, Some(0), "the tenant's build deploys: {run}");
+    let bad = overreaching(dir.path(), &a, &b.namespace);
+    let target = superseded_record_of(&a, &bad).await;
+
+    let mark = tenancy::audit_mark();
+    let run = kix(
+        &gcroots,
+        &["rollback", &a.cluster, "--to", &target, "--yes"],
+    );
+    assert_eq!(
+        run.code,
+        Some(1),
+        "the overreaching build was rolled back to: {run}"
+    );
+    let text = run.to_string();
+    assert!(
+        text.contains(&tenancy::user(&a.namespace)),
+        "the refusal names the tenant's account: {text}"
+    );
+    assert_nothing_written(&a, &b.namespace, mark);
+}
+
+/// A record of Kix cluster `env` for `build`, Superseded (its spec is the
+/// newest record's, another build): what `kix rollback --to` may pick.
+async fn superseded_record_of(env: &kix_testkit::TestEnv, build: &str) -> String {
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    let records = common::records(&env.client, &env.cluster).await;
+    let newest = records.last().expect("a record");
+    let mut spec = newest.spec.clone();
+    spec.source.path = build.to_string();
+    let next = records
+        .iter()
+        .filter_map(|r| r.sequence())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let api: Api<kix_api::Activation> = Api::all(env.client.clone());
+    api.create(
+        &PostParams::default(),
+        &kix_api::Activation::new_record(next, spec),
+    )
+    .await
+    .expect("creating the record");
+    let name = kix_api::Activation::name_for(&env.cluster, next);
+    api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Superseded"}})),
+    )
+    .await
+    .expect("marking the record Superseded");
+    name
+}
+
+/// `kix gc` acts as the account the Kix cluster's records name: a cluster
+/// once deployed with the admin's rights (a ConfigMap in another tenant's
+/// namespace) and now by its tenant's account retires the admin's record,
+/// and the deletion of that ConfigMap is the tenant's, refused.
+#[tokio::test]
+async fn gc_acts_as_the_account_the_clusters_records_name() {
+    let (a, b) = two_tenants("tenant-gc").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gcroots = dir.path().join("gcroots");
+    let taken = tenancy::config_map_in(&b.namespace, "taken");
+    let admins = tenancy::tree_of_caller(
+        &dir.path().join("admins"),
+        &a.cluster,
+        &a.namespace,
+        Some(&taken),
+    );
+    let run = kix(
+        &gcroots,
+        &["deploy", &a.cluster, "--path", &admins, "--yes"],
+    );
+    assert_eq!(run.code, Some(0), "the admin's build deploys: {run}");
+    assert!(exists(&a, "configmap", "taken", Some(&b.namespace)));
+    let good = tenancy::tree(&dir.path().join("good"), &a.cluster, &a.namespace, None);
+    let run = kix(
+        &gcroots,
+        &[
+            "deploy",
+            &a.cluster,
+            "--path",
+            &good,
+            "--prune=false",
+            "--yes",
+        ],
+    );
+    assert_eq!(run.code, Some(0), "the tenant's build deploys: {run}");
+
+    let mark = tenancy::audit_mark();
+    let run = kix(&gcroots, &["gc", &a.cluster, "--keep", "0", "--yes"]);
+    assert_ne!(
+        run.code,
+        Some(0),
+        "gc deleted another tenant's ConfigMap: {run}"
+    );
+    let text = run.to_string();
+    assert!(
+        text.contains("taken") && text.contains(&tenancy::user(&a.namespace)),
+        "gc names the object and the account that may not delete it: {text}"
+    );
+    assert!(
+        exists(&a, "configmap", "taken", Some(&b.namespace)),
+        "ConfigMap taken of {} was deleted: {text}",
+        b.namespace
+    );
+    let deleted: Vec<_> = tenancy::writes_as(mark, &tenancy::user(&a.namespace))
+        .into_iter()
+        .filter(|(w, code)| w == "delete configmaps/taken" && *code < 300)
+        .collect();
+    assert!(deleted.is_empty(), "{deleted:?}");
 }

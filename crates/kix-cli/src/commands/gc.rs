@@ -50,24 +50,29 @@ pub struct GcArgs {
 }
 
 pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
-    let client = crate::kube_client::client(global, None).await?;
+    let clients = crate::kube_client::clients(global, None).await?;
+    let all = kix_engine::records::list_all_required(clients.own()).await?;
+    let current = kix_engine::records::current(&all, &args.cluster);
+    // gc acts for the Kix cluster as the account its records name (the
+    // current one's, else the newest's), as a deploy of its build does.
+    let named = current
+        .or_else(|| kix_engine::records::of_cluster(&all, &args.cluster).pop())
+        .and_then(|r| r.spec.service_account.clone());
+    let client = clients.acting_for(named.as_ref())?.client;
     // Retention from the flags, else the current build's kix.json; the
     // deletion budget from it.
-    let settings = {
-        let all = kix_engine::records::list_all_required(&client).await?;
-        kix_engine::records::current(&all, &args.cluster).and_then(|c| {
-            let path = c.spec.source.path.clone();
-            match kix_manifest::read_tree(Path::new(&path), &kix_manifest::ReadOptions::default()) {
-                Ok(build) => Some(build.settings),
-                Err(err) => {
-                    tracing::warn!(
-                        "cannot read the current build {path} for its retention settings: {err}"
-                    );
-                    None
-                }
+    let settings = current.and_then(|c| {
+        let path = c.spec.source.path.clone();
+        match kix_manifest::read_tree(Path::new(&path), &kix_manifest::ReadOptions::default()) {
+            Ok(build) => Some(build.settings),
+            Err(err) => {
+                tracing::warn!(
+                    "cannot read the current build {path} for its retention settings: {err}"
+                );
+                None
             }
-        })
-    };
+        }
+    });
     let retention = Retention::resolve(args.keep, args.max_age, settings.as_ref())
         .map_err(anyhow::Error::msg)?;
     let roots = GcRoots::from_env();
@@ -134,7 +139,13 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
     }
     let holder = kix_engine::deploy::DeployOptions::default().holder;
     let report = kix_engine::gc::execute(&client, &plan, &roots, &format!("{holder} (gc)")).await?;
-    let until = std::time::Instant::now() + super::operator::gc_wait();
+    // An object gc could not delete (refused) is reported, not waited for.
+    let until = std::time::Instant::now()
+        + if report.failed_objects.is_empty() {
+            super::operator::gc_wait()
+        } else {
+            Duration::ZERO
+        };
     let remaining = wait_objects_gone(&client, &plan, None, until).await?;
     match args.output {
         OutputFormat::Json => print_stdout(&json_text(

@@ -88,7 +88,8 @@ pub fn select_target<'a>(
 }
 
 pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
-    let client = crate::kube_client::client(global, None).await?;
+    let clients = crate::kube_client::clients(global, None).await?;
+    let client = clients.own().clone();
     let all = kix_engine::records::list_all_required(&client).await?;
     let mine = kix_engine::records::of_cluster(&all, &args.cluster);
     if mine.is_empty() {
@@ -111,6 +112,9 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
     // operator would fail on it too, in both modes).
     let (store_path, build) =
         read_store_build(&format!("the build of {target_name}"), &path, &args.cluster).await?;
+    // The target's build acts as the ServiceAccount it names, as `kix
+    // deploy` of it does: its plan, writes and record are that account's.
+    let client = clients.for_build(&build.settings)?.client;
 
     // Operator mode shows the operator's plan.
     let plan_options = if args.operator {
