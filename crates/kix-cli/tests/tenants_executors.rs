@@ -6,7 +6,7 @@
 //! front end runs it. `kix deploy` and the operator are shown in
 //! `tenants.rs` (`a_local_deploy_acts_as_the_account_its_build_names`,
 //! `the_operator_acts_for_each_record_as_its_account`); here: `kix fleet
-//! deploy`, `kix rollback`, `kix gc`.
+//! deploy`, `kix rollback`, `kix gc`, `kix declare`.
 
 mod common;
 
@@ -272,4 +272,44 @@ async fn gc_acts_as_the_account_the_clusters_records_name() {
         .filter(|(w, code)| w == "delete configmaps/taken" && *code < 300)
         .collect();
     assert!(deleted.is_empty(), "{deleted:?}");
+}
+
+/// `kix declare` (a host's generation declaring its build to the operator)
+/// plans the tenant's build acting as its account: an overreaching build is
+/// refused before any object is written; what it writes as the account is
+/// the refused record, nothing else.
+#[tokio::test]
+async fn a_declare_acts_as_the_account_its_build_names() {
+    let (a, b) = two_tenants("tenant-declare").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gcroots = dir.path().join("gcroots");
+    let bad = overreaching(dir.path(), &a, &b.namespace);
+    let mark = tenancy::audit_mark();
+    let run = kix(
+        &gcroots,
+        &["declare", &a.cluster, "--path", &bad, "--wait", "30s"],
+    );
+    assert_eq!(
+        run.code,
+        Some(1),
+        "the overreaching build was declared: {run}"
+    );
+    let text = run.to_string();
+    assert!(
+        text.contains(&format!(
+            "User \"{}\" cannot patch resource \"clusterrolebindings\"",
+            tenancy::user(&a.namespace)
+        )),
+        "the refusal names the tenant's account and what it may not write: {text}"
+    );
+    assert!(!exists(&a, "clusterrolebinding", &binding_of(&a), None));
+    assert!(!exists(&a, "configmap", "taken", Some(&b.namespace)));
+    let writes: Vec<_> = tenancy::writes_as(mark, &tenancy::user(&a.namespace))
+        .into_iter()
+        .filter(|(w, _)| !w.contains(" activations/"))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "written acting as the tenant: {writes:?}"
+    );
 }
