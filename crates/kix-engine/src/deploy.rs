@@ -515,7 +515,10 @@ async fn run(
         let work = crate::prune::work(plan);
         if !work.is_empty() {
             status.set_pending_prune(crate::prune::pending(&work));
-            records::set_status(client, &run.name, &status).await?;
+            records::update_status(client, &run.name, |latest| {
+                records::take_run_fields(latest, &status)
+            })
+            .await?;
         }
         let prune_options = crate::prune::PruneOptions {
             mode: options.prune_mode,
@@ -637,20 +640,22 @@ async fn start_record(
     {
         warn!("could not add a Nix GC root for {path}: {err}");
     }
-    let mut status = record.status.clone().unwrap_or_default();
-    if !options.upkeep {
-        status.phase = Some(Phase::Applying);
-        // A reason it had to wait (the operator's) no longer holds.
-        status.message = None;
-    }
-    status.kinds = plan.kinds.clone();
-    status.objects = Some(build.object_count() as u32);
-    status.progress = Some(Progress {
-        total: build.object_count() as u32,
-        ..Default::default()
-    });
-    records::set_status(client, &name, &status).await?;
-    Ok((name, status))
+    // The run goes on from the status as written, not the copy it was given.
+    let written = records::update_status(client, &name, |status| {
+        if !options.upkeep {
+            status.phase = Some(Phase::Applying);
+            // A reason it had to wait (the operator's) no longer holds.
+            status.message = None;
+        }
+        status.kinds = plan.kinds.clone();
+        status.objects = Some(build.object_count() as u32);
+        status.progress = Some(Progress {
+            total: build.object_count() as u32,
+            ..Default::default()
+        });
+    })
+    .await?;
+    Ok((name, written.status.unwrap_or_default()))
 }
 
 /// Applies the groups wave by wave ([`crate::order`]); the groups of one
@@ -706,7 +711,10 @@ async fn apply_waves<'p>(
             }
         }
         changes.record(status);
-        records::set_status(run.client, &run.name, status).await?;
+        records::update_status(run.client, &run.name, |latest| {
+            records::take_run_fields(latest, status)
+        })
+        .await?;
     }
     Ok(Waves {
         healthy: failed_groups.is_empty(),
@@ -813,7 +821,10 @@ async fn finish(
     if let Some(p) = status.progress.as_mut() {
         p.pruned = changes.pruned();
     }
-    records::set_status(run.client, name, &status).await?;
+    records::update_status(run.client, name, |latest| {
+        records::take_run_fields(latest, &status)
+    })
+    .await?;
     if matches!(phase, Phase::Active | Phase::Degraded) {
         supersede_older(run.client, &run.plan.cluster, name).await?;
     }

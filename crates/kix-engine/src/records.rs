@@ -171,12 +171,12 @@ pub async fn create_with_meta(
             )));
         }
     };
-    let status = ActivationStatus {
-        phase: Some(Phase::Pending),
-        kinds,
-        ..Default::default()
-    };
-    set_status(client, &created.name_any(), &status).await
+    // The operator may have written it already (a reason it waits).
+    update_status(client, &created.name_any(), |status| {
+        status.phase.get_or_insert(Phase::Pending);
+        status.kinds = kinds.clone();
+    })
+    .await
 }
 
 /// Why the record `name` of Kix cluster `cluster` could not be created
@@ -204,30 +204,77 @@ pub fn squatted(name: &str, cluster: &str, other: &str) -> String {
     )
 }
 
-/// Replaces the status of a record (merge patch on the status subresource).
-pub async fn set_status(
+/// How many times [`update_status`] reads the record again when it changed
+/// between the read and the write, before it gives up saying so.
+const STATUS_WRITE_TRIES: usize = 10;
+
+/// The one writer of a record's status. `change` is applied to the status
+/// the record has now, read fresh, never to a copy read earlier: a field
+/// another step wrote since is kept. The write carries the record's
+/// resourceVersion, so a write in between is a conflict, and the change is
+/// applied again to what that write left. Nothing is sent when the change
+/// changes nothing (a write wakes every watcher of the record). Returns the
+/// record as it is after.
+pub async fn update_status(
     client: &Client,
     name: &str,
-    status: &ActivationStatus,
+    mut change: impl FnMut(&mut ActivationStatus),
 ) -> Result<Activation> {
     let api: Api<Activation> = Api::all(client.clone());
-    let status = as_written(status);
-    // A merge patch keeps what it does not name: every status field this
-    // status leaves out (an emptied pendingPrune, a cleared message) is set
-    // to null, so the patch replaces the status.
-    let mut value = serde_json::to_value(&status).unwrap_or_else(|_| json!({}));
+    let failed = |e: kube::Error| EngineError::Records(format!("updating activation {name}: {e}"));
+    for _ in 0..STATUS_WRITE_TRIES {
+        let latest = api.get(name).await.map_err(failed)?;
+        let mut status = latest.status.clone().unwrap_or_default();
+        change(&mut status);
+        let status = as_written(&status);
+        if latest.status.as_ref() == Some(&status) {
+            return Ok(latest);
+        }
+        let patch = status_patch(&status, latest.resource_version());
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(written) => return Ok(written),
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(failed(e)),
+        }
+    }
+    Err(EngineError::Records(format!(
+        "updating activation {name}: it changed {STATUS_WRITE_TRIES} times while kix wrote          its status"
+    )))
+}
+
+/// A merge patch that makes the record's status `status` if the record is
+/// still at `resource_version`. A merge patch keeps what it does not name,
+/// so every status field `status` leaves out (an emptied pendingPrune, a
+/// cleared message) is set to null.
+fn status_patch(status: &ActivationStatus, resource_version: Option<String>) -> serde_json::Value {
+    let mut value = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
     if let Some(map) = value.as_object_mut() {
         for field in status_fields() {
             map.entry(field.clone()).or_insert(serde_json::Value::Null);
         }
     }
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(&json!({ "status": value })),
-    )
-    .await
-    .map_err(|e| EngineError::Records(format!("updating activation {name}: {e}")))
+    json!({ "metadata": { "resourceVersion": resource_version }, "status": value })
+}
+
+/// Copies onto `latest` what a deploy run owns of a record's status: its
+/// phase and message, progress, objects and kinds, the prune's and the
+/// deletions' lists. Conditions other than Ready, drift counts and the
+/// observed generation are the operator's, and stay as `latest` has them.
+pub fn take_run_fields(latest: &mut ActivationStatus, run: &ActivationStatus) {
+    latest.phase = run.phase;
+    latest.message = run.message.clone();
+    latest.progress = run.progress;
+    latest.pending_prune = run.pending_prune.clone();
+    latest.pending_prune_total = run.pending_prune_total;
+    latest.objects = run.objects;
+    latest.kinds = run.kinds.clone();
+    latest.failed_deletions = run.failed_deletions.clone();
+    latest.failed_deletions_total = run.failed_deletions_total;
+    latest.deleting = run.deleting.clone();
+    latest.deleting_total = run.deleting_total;
 }
 
 /// `status` as a record keeps it: bounded in size whatever the object count
@@ -263,21 +310,6 @@ pub fn with_ready_condition(status: &ActivationStatus) -> ActivationStatus {
     status
 }
 
-/// Writes `status` unless `record` already has it: a status write that
-/// changes nothing is not sent (it would wake every watcher of the record).
-/// Returns whether it wrote.
-pub async fn set_status_if_changed(
-    client: &Client,
-    record: &Activation,
-    status: &ActivationStatus,
-) -> Result<bool> {
-    if record.status.as_ref() == Some(&as_written(status)) {
-        return Ok(false);
-    }
-    set_status(client, &record.name_any(), status).await?;
-    Ok(true)
-}
-
 /// The fields of an Activation's status, from the schema of its CRD.
 fn status_fields() -> &'static [String] {
     static FIELDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
@@ -304,10 +336,11 @@ pub async fn set_phase(
     phase: Phase,
     message: Option<String>,
 ) -> Result<Activation> {
-    let mut status = record.status.clone().unwrap_or_default();
-    status.phase = Some(phase);
-    status.message = message;
-    set_status(client, &record.name_any(), &status).await
+    update_status(client, &record.name_any(), |status| {
+        status.phase = Some(phase);
+        status.message = message.clone();
+    })
+    .await
 }
 
 fn ready_condition(phase: Phase, message: Option<&str>) -> Condition {

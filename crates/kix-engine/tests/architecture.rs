@@ -621,8 +621,10 @@ const CLIENT_MAKERS: &[&str] = &[
     "from_custom_kubeconfig",
 ];
 
-#[test]
-fn only_the_client_factory_makes_a_client_or_reads_a_kubeconfig() {
+/// Where each of `tokens` occurs in the crates' sources (kix-testkit's
+/// aside) outside the files `homes`, as `file:line token`; and whether the
+/// homes hold every token between them (they still do the work).
+fn outside_homes(homes: &[&str], tokens: &[&str]) -> (bool, Vec<String>) {
     let mut files = Vec::new();
     for entry in fs::read_dir(crates_dir()).expect("crates").flatten() {
         if entry.file_name() != "kix-testkit" {
@@ -630,25 +632,49 @@ fn only_the_client_factory_makes_a_client_or_reads_a_kubeconfig() {
         }
     }
     let mut found = Vec::new();
-    let mut factory_seen = false;
+    let mut at_home: BTreeSet<&str> = BTreeSet::new();
     for file in &files {
         let rel = file.strip_prefix(crates_dir()).unwrap_or(file);
         let code = code_only(&fs::read_to_string(file).unwrap_or_default());
-        if rel == Path::new(CLIENT_FACTORY) {
-            factory_seen = CLIENT_MAKERS.iter().all(|m| code.contains(m));
+        if homes.iter().any(|home| rel == Path::new(home)) {
+            at_home.extend(tokens.iter().copied().filter(|t| code.contains(t)));
             continue;
         }
-        for maker in CLIENT_MAKERS {
-            for (at, _) in code.match_indices(maker) {
+        for token in tokens {
+            for (at, _) in code.match_indices(token) {
                 let line = code[..at].matches('\n').count() + 1;
-                found.push(format!("{}:{line} {maker}", rel.display()));
+                found.push(format!("{}:{line} {token}", rel.display()));
             }
         }
     }
+    (at_home.len() == tokens.len(), found)
+}
+
+#[test]
+fn only_the_client_factory_makes_a_client_or_reads_a_kubeconfig() {
+    let (factory_seen, found) = outside_homes(&[CLIENT_FACTORY], CLIENT_MAKERS);
     assert!(factory_seen, "{CLIENT_FACTORY} no longer makes the clients");
     assert!(
         found.is_empty(),
         "a client made or a kubeconfig read outside {CLIENT_FACTORY} (use kix_engine::client):\n  {}",
+        found.join("\n  ")
+    );
+}
+
+/// Where a record's status is written: an Activation's by
+/// `records::update_status` alone (issue 43: 13 sites wrote it, two of them
+/// a stale copy back), a PackageInstance's by the package stage.
+const STATUS_WRITERS: &[&str] = &["kix-engine/src/records.rs", "kix-engine/src/packages.rs"];
+
+#[test]
+fn only_the_status_writer_writes_a_records_status() {
+    let (writers_seen, found) = outside_homes(STATUS_WRITERS, &["patch_status"]);
+    let (_, replaced) = outside_homes(&[], &["replace_status"]);
+    assert!(writers_seen, "the status writers no longer write a status");
+    let found: Vec<String> = found.into_iter().chain(replaced).collect();
+    assert!(
+        found.is_empty(),
+        "a status written outside {STATUS_WRITERS:?} (use kix_engine::records::update_status):\n  {}",
         found.join("\n  ")
     );
 }

@@ -188,11 +188,12 @@ async fn fail(
     message: String,
 ) -> Result<Action, ReconcileError> {
     warn!("{message}");
-    let mut status = record.status.clone().unwrap_or_default();
-    status.phase = Some(Phase::Failed);
-    status.message = Some(message.clone());
-    status.observed_generation = record.metadata.generation;
-    kix_engine::records::set_status(&ctx.client, &record.name_any(), &status).await?;
+    kix_engine::records::update_status(&ctx.client, &record.name_any(), |status| {
+        status.phase = Some(Phase::Failed);
+        status.message = Some(message.clone());
+        status.observed_generation = record.metadata.generation;
+    })
+    .await?;
     event(ctx, record, EventType::Warning, "Failed", message).await;
     Ok(Action::await_change())
 }
@@ -204,12 +205,14 @@ async fn waiting(
     record: &Activation,
     message: String,
 ) -> Result<Action, ReconcileError> {
-    let mut status = record.status.clone().unwrap_or_default();
-    if status.message.as_deref() != Some(message.as_str()) {
+    let said = record.status.as_ref().and_then(|s| s.message.as_deref());
+    if said != Some(message.as_str()) {
         info!("{message}");
-        status.phase = Some(record.phase_or_pending());
-        status.message = Some(message.clone());
-        kix_engine::records::set_status(&ctx.client, &record.name_any(), &status).await?;
+        kix_engine::records::update_status(&ctx.client, &record.name_any(), |status| {
+            status.phase.get_or_insert(Phase::Pending);
+            status.message = Some(message.clone());
+        })
+        .await?;
         event(ctx, record, EventType::Normal, "Waiting", message).await;
     }
     Ok(Action::requeue(Duration::from_secs(5)))
@@ -554,29 +557,27 @@ async fn record_outcome(
     settled: &Settled<'_>,
 ) -> Result<Action, ReconcileError> {
     let (name, fresh, drifted) = (record.name_any(), settled.fresh, settled.drifted);
-    let api: Api<Activation> = Api::all(ctx.client.clone());
-    let latest = api.get(&name).await.map_err(kix_engine::EngineError::Api)?;
-    let mut status = latest.status.clone().unwrap_or_default();
-    status.observed_generation = record.metadata.generation;
-    crate::guard::clear_budget(&mut status);
-    crate::guard::set_condition(
-        &mut status,
-        crate::guard::CONDITION_CRD_UPGRADE_REFUSED,
-        settled.crds_refused,
-    );
-    crate::guard::set_condition(
-        &mut status,
-        crate::fights::CONDITION_DRIFT_FIGHT,
-        crate::fights::condition_message(ctx).as_deref(),
-    );
+    let fight = crate::fights::condition_message(ctx);
     // Only what was done counts as corrected: an object still being deleted
     // is neither pruned nor drift.
     let corrected = outcome.applied + outcome.pruned;
+    let now = Utc::now();
+    let written = kix_engine::records::update_status(&ctx.client, &name, |status| {
+        status.observed_generation = record.metadata.generation;
+        crate::guard::clear_budget(status);
+        let refused = settled.crds_refused;
+        crate::guard::set_condition(status, crate::guard::CONDITION_CRD_UPGRADE_REFUSED, refused);
+        let fight = fight.as_deref();
+        crate::guard::set_condition(status, crate::fights::CONDITION_DRIFT_FIGHT, fight);
+        if !fresh && corrected > 0 {
+            let drift = status.drift.get_or_insert_with(Drift::default);
+            drift.detected += drifted;
+            drift.corrected += corrected;
+            drift.last_corrected = Some(now);
+        }
+    })
+    .await?;
     if !fresh && corrected > 0 {
-        let drift = status.drift.get_or_insert_with(Drift::default);
-        drift.detected += drifted;
-        drift.corrected += corrected;
-        drift.last_corrected = Some(Utc::now());
         ctx.metrics.drift_corrected(u64::from(corrected));
         info!(objects = drifted, "corrected drift");
     }
@@ -585,8 +586,8 @@ async fn record_outcome(
         .as_ref()
         .map(|s| s.deleting.clone())
         .unwrap_or_default();
-    kix_engine::records::set_status_if_changed(&ctx.client, &latest, &status).await?;
-    crate::guard::report_deleting(ctx, record, &before, &status.deleting).await;
+    let after = written.status.map(|s| s.deleting).unwrap_or_default();
+    crate::guard::report_deleting(ctx, record, &before, &after).await;
     let (type_, reason) = match outcome.phase {
         Phase::Active if fresh => (EventType::Normal, "Active"),
         Phase::Active if corrected > 0 => (EventType::Normal, "DriftCorrected"),
@@ -653,24 +654,25 @@ async fn cleanup(record: Arc<Activation>, ctx: &Context) -> Result<Action, Recon
     if !report.failed.is_empty() {
         // Reported on the record and as an event; the finalizer stays and
         // retries, so a deletion never hangs silently.
-        let mut status = record.status.clone().unwrap_or_default();
-        // Listed up to a limit, counted all: the record stays small however
-        // many objects the finalizer could not delete.
-        status.set_failed_deletions(report.failed.iter().map(|(object, reason)| FailedDeletion {
-            object: object.clone(),
-            reason: reason.clone(),
-        }));
         let reasons: Vec<String> = report
             .failed
             .iter()
             .map(|(o, r)| format!("{o}: {r}"))
             .collect();
         let summary = kix_engine::deploy::joined(&reasons);
-        status.message = Some(format!(
-            "cannot delete {} objects: {summary}",
-            report.failed.len()
-        ));
-        kix_engine::records::set_status(&ctx.client, &name, &status).await?;
+        let message = format!("cannot delete {} objects: {summary}", report.failed.len());
+        kix_engine::records::update_status(&ctx.client, &name, |status| {
+            // Listed up to a limit, counted all: the record stays small
+            // however many objects the finalizer could not delete.
+            status.set_failed_deletions(report.failed.iter().map(|(object, reason)| {
+                FailedDeletion {
+                    object: object.clone(),
+                    reason: reason.clone(),
+                }
+            }));
+            status.message = Some(message.clone());
+        })
+        .await?;
         event(
             ctx,
             &record,

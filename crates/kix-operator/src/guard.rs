@@ -25,9 +25,11 @@ pub async fn hold_for_budget(
         "pruning is on hold: this prune {}",
         plan.deletion_budget.explain()
     );
-    let mut status = record.status.clone().unwrap_or_default();
-    let newly = set_condition(&mut status, CONDITION_DELETION_BUDGET, Some(&message));
-    kix_engine::records::set_status_if_changed(&ctx.client, record, &status).await?;
+    let mut newly = false;
+    kix_engine::records::update_status(&ctx.client, &record.name_any(), |status| {
+        newly = set_condition(status, CONDITION_DELETION_BUDGET, Some(&message));
+    })
+    .await?;
     if newly {
         tracing::warn!("{message}");
         event(
@@ -105,20 +107,23 @@ pub async fn settle_quiet(
     plan: &Plan,
     crds_refused: Option<&str>,
 ) -> Result<(), ReconcileError> {
-    let mut status = record.status.clone().unwrap_or_default();
-    let before = status.deleting.clone();
-    kix_engine::prune::set_deleting(&mut status, kix_engine::prune::deleting_in(plan));
-    set_condition(&mut status, CONDITION_DELETION_BUDGET, None);
-    set_condition(&mut status, CONDITION_CRD_UPGRADE_REFUSED, crds_refused);
-    set_condition(
-        &mut status,
-        crate::fights::CONDITION_DRIFT_FIGHT,
-        crate::fights::condition_message(ctx).as_deref(),
-    );
-    let after = status.deleting.clone();
-    if kix_engine::records::set_status_if_changed(&ctx.client, record, &status).await? {
-        report_deleting(ctx, record, &before, &after).await;
-    }
+    let deleting = kix_engine::prune::deleting_in(plan);
+    let fight = crate::fights::condition_message(ctx);
+    let mut before = Vec::new();
+    let written = kix_engine::records::update_status(&ctx.client, &record.name_any(), |status| {
+        before = status.deleting.clone();
+        kix_engine::prune::set_deleting(status, deleting.clone());
+        set_condition(status, CONDITION_DELETION_BUDGET, None);
+        set_condition(status, CONDITION_CRD_UPGRADE_REFUSED, crds_refused);
+        set_condition(
+            status,
+            crate::fights::CONDITION_DRIFT_FIGHT,
+            fight.as_deref(),
+        );
+    })
+    .await?;
+    let after = written.status.map(|s| s.deleting).unwrap_or_default();
+    report_deleting(ctx, record, &before, &after).await;
     Ok(())
 }
 

@@ -253,12 +253,11 @@ async fn record_refusal(
         let created = api
             .create(&kube::api::PostParams::default(), &record)
             .await?;
-        let status = kix_api::ActivationStatus {
-            phase: Some(Phase::Failed),
-            message: Some(message),
-            ..Default::default()
-        };
-        kix_engine::records::set_status(client, &created.name_any(), &status).await?;
+        kix_engine::records::update_status(client, &created.name_any(), |status| {
+            status.phase = Some(Phase::Failed);
+            status.message = Some(message.clone());
+        })
+        .await?;
         anyhow::Ok(created.name_any())
     };
     match written.await {
