@@ -16,7 +16,11 @@
 //! * `.inf` and `.nan` (JSON cannot carry them; kubectl fails);
 //! * content after the end of the first document of a chunk (after `...`),
 //!   which kubectl silently ignores;
-//! * heavy alias expansion (kubectl refuses "excessive aliasing").
+//! * heavy alias expansion (kubectl refuses "excessive aliasing"),
+//!   counted while the document is read, before a value is copied, per
+//!   document and per file ([`Budget`]): a "billion laughs" stops after a
+//!   few hundred nodes, and what any file may expand to is bounded by its
+//!   size (nesting: [`MAX_DEPTH`] levels).
 
 use std::collections::{HashMap, HashSet};
 
