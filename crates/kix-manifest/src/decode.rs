@@ -506,11 +506,14 @@ pub(crate) fn objects(
     Ok(out)
 }
 
-/// kubectl never sends `metadata.namespace: ""`: it drops it, or (for a
-/// namespaced kind) puts its default namespace there, as kix's engine does.
+/// kubectl never sends `metadata.namespace: ""` (nor `null`, which its
+/// typed metadata reads as ""): it drops it, or (for a namespaced kind)
+/// puts its default namespace there, as kix's engine does.
 fn drop_empty_namespace(object: &mut Map<String, Value>) {
     if let Some(Value::Object(metadata)) = object.get_mut("metadata")
-        && metadata.get("namespace").and_then(Value::as_str) == Some("")
+        && metadata
+            .get("namespace")
+            .is_some_and(|ns| ns.is_null() || ns.as_str() == Some(""))
     {
         metadata.remove("namespace");
     }
