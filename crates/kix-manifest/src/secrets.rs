@@ -3,11 +3,14 @@
 //! identities ([`ReadOptions::age_identities`]); without them the files stay
 //! opaque and [`Build::secrets_decrypted`] is false.
 //!
-//! A process sets the identities once ([`use_age_identities`]): the CLI from
-//! `--age-identity` or the sops variables, the operator from its key file.
-//! Every [`ReadOptions::default`] then carries them, so each reader of a
-//! build in that process (plan, deploy, rollback, gc, status) decrypts it
-//! alike. Values never leave memory: errors name files, documents and
+//! A process sets the identities once: the CLI from `--age-identity` or the
+//! sops variables ([`use_age_identities`]: usable by every Kix cluster), the
+//! operator as a key ring with keys bound to Kix clusters
+//! ([`use_age_key_ring`]). Every [`ReadOptions::default`] then carries them,
+//! so each reader of a build in that process (plan, deploy, rollback, gc,
+//! status) decrypts it alike, with the keys of the cluster the build
+//! declares; the operator reads a record's build with the keys of the
+//! record's cluster only ([`age_identities_for`]). Values never leave memory: errors name files, documents and
 //! reasons only.
 //!
 //! A decrypted object carries its provenance ([`Object::decrypted`]):
@@ -31,16 +34,18 @@ use std::sync::{Arc, OnceLock};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 pub use kix_sops;
-use kix_sops::Identities;
+use kix_sops::{Identities, KeyRing};
 use serde_json::{Value, json};
 
 use crate::error::TreeError;
 use crate::object::{Object, ObjectKey};
 use crate::tree::SecretFile;
 
-/// age identities for the reader; equal when they are the same set.
+/// age identities for the reader: a key ring ([`KeyRing`]), so that a
+/// build decrypts only with the keys of the Kix cluster it is read for.
+/// Equal when they are the same ring.
 #[derive(Clone, Debug)]
-pub struct AgeIdentities(pub Arc<Identities>);
+pub struct AgeIdentities(Arc<KeyRing>);
 
 impl PartialEq for AgeIdentities {
     fn eq(&self, other: &Self) -> bool {
@@ -50,19 +55,58 @@ impl PartialEq for AgeIdentities {
 
 impl Eq for AgeIdentities {}
 
+impl AgeIdentities {
+    /// `identities`, usable by every Kix cluster's build.
+    pub fn new(identities: Identities) -> AgeIdentities {
+        AgeIdentities(Arc::new(KeyRing::shared(identities)))
+    }
+
+    /// The keys of `ring`: each build decrypts with those of the Kix
+    /// cluster its `kix.json` declares.
+    pub fn ring(ring: KeyRing) -> AgeIdentities {
+        AgeIdentities(Arc::new(ring))
+    }
+
+    /// Only the keys `cluster`'s builds may use (bound to it, or shared),
+    /// whatever cluster a build declares; None when it has none.
+    pub fn for_cluster(&self, cluster: &str) -> Option<AgeIdentities> {
+        self.0.for_cluster(cluster).map(AgeIdentities::new)
+    }
+
+    /// The identities a build of `cluster` decrypts with, if any.
+    pub(crate) fn of_cluster(&self, cluster: &str) -> Option<Identities> {
+        self.0.for_cluster(cluster)
+    }
+}
+
 static PROCESS_IDENTITIES: OnceLock<AgeIdentities> = OnceLock::new();
 
 /// Sets the identities every [`crate::ReadOptions::default`] of this
-/// process carries. The first call wins; later calls return false.
+/// process carries, usable by every Kix cluster (a single-team process).
+/// The first call (of this or [`use_age_key_ring`]) wins; later calls
+/// return false.
 pub fn use_age_identities(identities: Identities) -> bool {
-    PROCESS_IDENTITIES
-        .set(AgeIdentities(Arc::new(identities)))
-        .is_ok()
+    use_age_key_ring(KeyRing::shared(identities))
+}
+
+/// Sets the key ring every [`crate::ReadOptions::default`] of this process
+/// carries: a build decrypts with the keys of the cluster it declares. A
+/// reader that acts for a record reads with the record's cluster's keys
+/// only ([`age_identities_for`]).
+pub fn use_age_key_ring(ring: KeyRing) -> bool {
+    PROCESS_IDENTITIES.set(AgeIdentities::ring(ring)).is_ok()
 }
 
 /// The identities set by [`use_age_identities`], if any.
 pub fn process_age_identities() -> Option<AgeIdentities> {
     PROCESS_IDENTITIES.get().cloned()
+}
+
+/// The process's keys that Kix cluster `cluster` may use, for a reader
+/// that acts for one of its records: a file encrypted for another
+/// cluster's key is then refused, naming the file and its recipients.
+pub fn age_identities_for(cluster: &str) -> Option<AgeIdentities> {
+    PROCESS_IDENTITIES.get()?.for_cluster(cluster)
 }
 
 /// Whether `object` came from an encrypted file of its package.

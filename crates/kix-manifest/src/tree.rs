@@ -102,9 +102,11 @@ pub struct ReadOptions {
     pub max_object_bytes: usize,
     /// Most objects in one build. Default 100,000.
     pub max_objects: usize,
-    /// Decrypt the packages' SOPS-encrypted files with these; without them
-    /// the files are only checked. Default: the process's
-    /// ([`crate::secrets::use_age_identities`]).
+    /// Decrypt the packages' SOPS-encrypted files with these (only the keys
+    /// of the Kix cluster the build declares); without them the files are
+    /// only checked. Default: the process's
+    /// ([`crate::secrets::use_age_identities`]); a reader acting for a
+    /// record gives its cluster's ([`crate::secrets::age_identities_for`]).
     pub age_identities: Option<crate::secrets::AgeIdentities>,
 }
 
@@ -501,9 +503,15 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
             (m.name.clone(), user_rules(&file, &m.health))
         })
         .collect();
-    let (secrets, secret_digest_keys) =
-        reader.read_secrets(&metas, &dirs, &mut objects, &mut package_objects)?;
-    let secrets_decrypted = options.age_identities.is_some();
+    let ids = (options.age_identities.as_ref()).and_then(|i| i.of_cluster(&kix.cluster));
+    let (secrets, secret_digest_keys) = reader.read_secrets(
+        &metas,
+        &dirs,
+        ids.as_ref(),
+        &mut objects,
+        &mut package_objects,
+    )?;
+    let secrets_decrypted = ids.is_some();
     let plaintext_secrets_allowed = metas
         .iter()
         .filter(|m| m.allow_plaintext_secrets)
@@ -831,12 +839,14 @@ impl Reader<'_> {
     }
 
     /// The packages' SOPS files: checked, and decrypted into their
-    /// package's objects when the reader has age identities.
+    /// package's objects when the reader has age identities for the build's
+    /// Kix cluster (`identities`: bound to it, or shared).
     #[allow(clippy::type_complexity)]
     fn read_secrets(
         &self,
         metas: &[PackageJson],
         dirs: &BTreeMap<String, PackageFiles>,
+        identities: Option<&kix_sops::Identities>,
         objects: &mut ObjectSet,
         package_objects: &mut [Vec<Object>],
     ) -> Result<(Vec<SecretFile>, BTreeMap<PathBuf, kix_sops::DigestKey>), TreeError> {
@@ -845,12 +855,12 @@ impl Reader<'_> {
         for (index, (meta, files)) in metas.iter().zip(dirs.values()).enumerate() {
             for file in &files.secrets {
                 let (secret, bytes) = self.read_secret(&meta.name, file)?;
-                if let Some(ids) = &self.options.age_identities {
+                if let Some(ids) = identities {
                     let (decrypted, key) = crate::secrets::decrypt(
                         &secret,
                         &bytes,
                         meta.namespace.as_deref(),
-                        &ids.0,
+                        ids,
                         self.options.max_object_bytes,
                     )?;
                     for (document, object) in decrypted {

@@ -140,7 +140,7 @@ fn fuzz_identities() -> kix_manifest::secrets::AgeIdentities {
         .expect("the fuzz key");
     let ids =
         kix_sops::Identities::parse(key, "fuzz key", kix_sops::Layout::OnePerLine).expect("parses");
-    kix_manifest::secrets::AgeIdentities(std::sync::Arc::new(ids))
+    kix_manifest::secrets::AgeIdentities::new(ids)
 }
 
 fn encrypted_fixture(name: &str) -> String {

@@ -440,8 +440,13 @@ async fn read_build(
         }
         Err(err) => return Err(format!("checking {path}: {err}")),
     }
-    let build = match kix_manifest::read_tree(path.as_path(), &kix_manifest::ReadOptions::default())
-    {
+    // Only the keys bound to the record's cluster (or shared): a file of
+    // another tenant's, copied or linked into this build, is refused.
+    let options = kix_manifest::ReadOptions {
+        age_identities: kix_manifest::secrets::age_identities_for(cluster),
+        ..kix_manifest::ReadOptions::default()
+    };
+    let build = match kix_manifest::read_tree(path.as_path(), &options) {
         Ok(build) if build.cluster == cluster => build,
         Ok(build) => {
             return Err(format!(

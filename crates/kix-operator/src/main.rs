@@ -89,13 +89,25 @@ struct Args {
     #[arg(long, default_value_t = 15)]
     leader_lease_seconds: u64,
     /// An age identity file (as age-keygen writes it) to decrypt the builds'
-    /// SOPS-encrypted Secrets with, in memory; repeatable. Keep it out of the
-    /// Nix store. Default: what sops reads ($SOPS_AGE_KEY_FILE, $SOPS_AGE_KEY,
-    /// ~/.config/sops/age/keys.txt).
+    /// SOPS-encrypted Secrets with, in memory; repeatable. Not bound to a
+    /// tenant: every Kix cluster's builds may use it (a single-team
+    /// operator); several teams use --age-key-file or --age-key-dir. Keep it
+    /// out of the Nix store. Default, when no age option is given: what sops
+    /// reads ($SOPS_AGE_KEY_FILE, $SOPS_AGE_KEY, ~/.config/sops/age/keys.txt).
     #[arg(long = "age-identity", value_name = "FILE")]
     age_identities: Vec<PathBuf>,
+    /// An age identity file bound to one Kix cluster (CLUSTER=FILE,
+    /// repeatable): only that cluster's builds decrypt with it, and a file
+    /// of another cluster's build encrypted for it is refused.
+    #[arg(long = "age-key-file", value_name = "CLUSTER=FILE", value_parser = bound_key_file)]
+    age_key_files: Vec<(String, PathBuf)>,
+    /// A directory of age identity files, `<cluster>.txt` each, bound to
+    /// the Kix cluster of its name (as --age-key-file).
+    #[arg(long = "age-key-dir", value_name = "DIR")]
+    age_key_dir: Option<PathBuf>,
     /// A Secret in the operator's namespace (--lease-namespace) whose values
-    /// are age identity files, read at start, besides --age-identity's.
+    /// are age identity files, read at start, besides --age-identity's (not
+    /// bound to a tenant, as --age-identity).
     #[arg(long = "age-identity-secret", value_name = "NAME")]
     age_identity_secret: Option<String>,
     /// Act as this ServiceAccount (NAMESPACE/NAME) for records that name
@@ -108,27 +120,58 @@ struct Args {
     require_service_account: bool,
 }
 
-/// The age identities every build the operator reads is decrypted with:
-/// `--age-identity`, else those sops would find. Without any, a build with
-/// encrypted Secrets is refused (Failed, naming the file), never half-applied.
-async fn use_age_identities(args: &Args, client: &Client) -> anyhow::Result<()> {
-    use kix_manifest::secrets::kix_sops::Identities;
-    let files = &args.age_identities;
-    let mut identities = if files.is_empty() && args.age_identity_secret.is_none() {
-        Identities::from_env().context("the sops age identities of the environment")?
-    } else {
-        let mut all = Identities::default();
-        for file in files {
-            all.extend(Identities::from_file(file)?);
+/// `--age-key-file CLUSTER=FILE`.
+fn bound_key_file(arg: &str) -> Result<(String, PathBuf), String> {
+    match arg.split_once('=') {
+        Some((cluster, file)) if !cluster.is_empty() && !file.is_empty() => {
+            Ok((cluster.to_owned(), PathBuf::from(file)))
         }
-        all
-    };
-    if let Some(name) = &args.age_identity_secret {
-        identities.extend(identities_of_secret(client, &args.lease_namespace, name).await?);
+        _ => Err(format!("{arg:?} is not CLUSTER=FILE")),
     }
-    if !identities.is_empty() {
-        info!(recipients = ?identities.recipients(), "age identities for encrypted Secrets");
-        kix_manifest::secrets::use_age_identities(identities);
+}
+
+/// The age keys builds are decrypted with, as a key ring: `--age-key-file`
+/// and `--age-key-dir` bound to their Kix cluster; `--age-identity` and
+/// `--age-identity-secret` usable by every cluster; with no age option,
+/// those sops would find (every cluster's). A record's build decrypts with
+/// its cluster's keys only; without any, a build with encrypted Secrets is
+/// refused (Failed, naming the file), never half-applied.
+async fn use_age_identities(args: &Args, client: &Client) -> anyhow::Result<()> {
+    use kix_manifest::secrets::kix_sops::{Identities, KeyRing};
+    let given = !args.age_identities.is_empty()
+        || !args.age_key_files.is_empty()
+        || args.age_key_dir.is_some()
+        || args.age_identity_secret.is_some();
+    let mut ring = KeyRing::default();
+    if !given {
+        ring.share(Identities::from_env().context("the sops age identities of the environment")?);
+    }
+    for file in &args.age_identities {
+        ring.share(Identities::from_file(file)?);
+    }
+    for (cluster, file) in &args.age_key_files {
+        ring.bind(cluster, Identities::from_file(file)?);
+    }
+    if let Some(dir) = &args.age_key_dir {
+        ring.bind_dir(dir)?;
+    }
+    if let Some(name) = &args.age_identity_secret {
+        ring.share(identities_of_secret(client, &args.lease_namespace, name).await?);
+    }
+    if !ring.is_empty() {
+        for cluster in ring.clusters() {
+            let recipients = ring.for_cluster(cluster).map(|i| i.recipients());
+            info!(
+                cluster,
+                ?recipients,
+                "age identities for encrypted Secrets, bound to a Kix cluster"
+            );
+        }
+        let shared = ring.shared_recipients();
+        if !shared.is_empty() {
+            info!(recipients = ?shared, "age identities for encrypted Secrets, of every Kix cluster");
+        }
+        kix_manifest::secrets::use_age_key_ring(ring);
     }
     Ok(())
 }

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use age::x25519;
 
@@ -16,10 +17,10 @@ pub const SOPS_AGE_KEY: &str = "SOPS_AGE_KEY";
 pub const SOPS_AGE_KEY_FILE: &str = "SOPS_AGE_KEY_FILE";
 
 /// age identities to decrypt with. Debug shows the recipients (public
-/// keys), never a key.
-#[derive(Default)]
+/// keys), never a key. A clone shares the keys.
+#[derive(Default, Clone)]
 pub struct Identities {
-    keys: Vec<x25519::Identity>,
+    keys: Vec<Arc<x25519::Identity>>,
 }
 
 impl std::fmt::Debug for Identities {
@@ -53,7 +54,7 @@ impl Identities {
                 Layout::SeveralPerLine => line.split_whitespace().collect(),
             };
             for word in words {
-                keys.push(parse_one(word, source_name, index + 1)?);
+                keys.push(Arc::new(parse_one(word, source_name, index + 1)?));
             }
         }
         Ok(Self { keys })
@@ -113,7 +114,7 @@ impl Identities {
     }
 
     pub(crate) fn keys(&self) -> impl Iterator<Item = &x25519::Identity> {
-        self.keys.iter()
+        self.keys.iter().map(|k| &**k)
     }
 }
 

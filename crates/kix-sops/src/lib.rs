@@ -18,8 +18,9 @@
 //! - `decrypt`: the data key (the `age` crate), each value (RustCrypto
 //!   AES-256-GCM with sops' path as additional data) and the MAC, checked
 //!   before anything is returned. No cipher code of our own.
-//! - `identity`: age identities as sops reads them; `digest`: the HMAC key a
-//!   decrypted Secret's digest is keyed with.
+//! - `identity`: age identities as sops reads them; `ring`: identities bound
+//!   to the Kix clusters allowed to use them ([`KeyRing`]); `digest`: the
+//!   HMAC key a decrypted Secret's digest is keyed with.
 //! - The engine calls this crate through the tree reader
 //!   (`kix_manifest::secrets`); a new supported sops feature goes here with a
 //!   differential test against the real `sops` (`tests/differential.rs`).
@@ -30,6 +31,7 @@ mod error;
 mod identity;
 mod json;
 mod metadata;
+mod ring;
 mod tree;
 mod yaml;
 
@@ -39,6 +41,7 @@ pub use digest::DigestKey;
 pub use error::{IdentityError, Reason, SopsError};
 pub use identity::{Identities, Layout, SOPS_AGE_KEY, SOPS_AGE_KEY_FILE};
 pub use metadata::AgeStanza;
+pub use ring::KeyRing;
 
 /// How a SOPS file is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
