@@ -37,6 +37,11 @@ let
   # The age key for SOPS-encrypted Secrets, copied from ageIdentityFile.
   operatorAgeIdentity = "${stateDir}/age-identity.txt";
   copyAgeIdentity = cfg.ageIdentityFile != null;
+  # The age keys bound to Kix clusters (ageKeyFiles), copied there as
+  # <cluster>.txt, each passed as --age-key-file=<cluster>=<file>.
+  boundKeyDir = "${stateDir}/age-keys";
+  boundKey = name: "${boundKeyDir}/${name}.txt";
+  copyAgeKeys = copyAgeIdentity || cfg.ageKeyFiles != { };
   isContainer = cfg.mode == "container";
   owner = if isContainer then toString (cfg.image.uid or 65532) else "kix-operator";
   group = if isContainer then toString (cfg.image.gid or 65532) else "kix-operator";
@@ -65,6 +70,7 @@ let
       "--metrics-addr=${hostPort cfg.metricsAddress cfg.metricsPort}"
     ]
     ++ lib.optional copyAgeIdentity "--age-identity=${operatorAgeIdentity}"
+    ++ lib.mapAttrsToList (name: _: "--age-key-file=${name}=${boundKey name}") cfg.ageKeyFiles
     ++ lib.optional (cfg.defaultServiceAccount != null) "--default-service-account=${cfg.defaultServiceAccount}"
     ++ lib.optional cfg.requireServiceAccount "--require-service-account"
     ++ lib.concatLists (lib.mapAttrsToList renderFlag cfg.settings)
@@ -137,15 +143,28 @@ let
     ${pkgs.coreutils}/bin/mv -f ${stateDir}/.kubeconfig.new ${operatorKubeconfig}
   '';
 
-  # Root copies the key for the operator's user before each start: the
-  # file stays where the administrator keeps it, never in the store.
-  prepareAgeIdentity = pkgs.writeShellScript "kix-operator-age-identity" ''
+  # Root copies the keys for the operator's user before each start: the
+  # files stay where the administrator keeps them, never in the store. The
+  # bound keys' directory is made afresh: a cluster removed loses its key.
+  prepareAgeIdentity = pkgs.writeShellScript "kix-operator-age-identity" (''
     set -eu
     ${pkgs.coreutils}/bin/install -d -m 0750 -o ${owner} -g ${group} ${stateDir}
+  ''
+  + lib.optionalString copyAgeIdentity ''
     ${pkgs.coreutils}/bin/install -m 0400 -o ${owner} -g ${group} \
       ${lib.escapeShellArg cfg.ageIdentityFile} ${stateDir}/.age-identity.new
     ${pkgs.coreutils}/bin/mv -f ${stateDir}/.age-identity.new ${operatorAgeIdentity}
-  '';
+  ''
+  + ''
+    ${pkgs.coreutils}/bin/rm -rf ${boundKeyDir}
+  ''
+  + lib.optionalString (cfg.ageKeyFiles != { }) ''
+    ${pkgs.coreutils}/bin/install -d -m 0750 -o ${owner} -g ${group} ${boundKeyDir}
+  ''
+  + lib.concatStrings (lib.mapAttrsToList (name: file: ''
+    ${pkgs.coreutils}/bin/install -m 0400 -o ${owner} -g ${group} \
+      ${lib.escapeShellArg file} ${lib.escapeShellArg (boundKey name)}
+  '') cfg.ageKeyFiles));
 
   ruleType = types.attrsOf (types.listOf types.str);
 
@@ -184,7 +203,8 @@ let
     ++ lib.optional (c.absent == "prune") "--allow-empty"
     ++ lib.optional (hostName != "") "--declared-by=${hostName}"
     # It plans the build: its encrypted Secrets need the key (root reads it).
-    ++ lib.optional copyAgeIdentity "--age-identity=${cfg.ageIdentityFile}";
+    ++ lib.optional copyAgeIdentity "--age-identity=${cfg.ageIdentityFile}"
+    ++ lib.optional (cfg.ageKeyFiles ? ${name}) "--age-identity=${cfg.ageKeyFiles.${name}}";
   declareUnit = name: c: {
     description = "kix: declare Kix cluster ${name} (${if c.absent == "prune" then "pruned" else "this generation's build"})";
     wantedBy = [ "multi-user.target" ];
@@ -301,7 +321,19 @@ in
       ("/run/keys/kix-age.txt"): a Nix path would copy the key into the
       store. Copied (mode 0400, the operator's user) to
       /var/lib/kix-operator/age-identity.txt before each start and passed
-      as --age-identity; the values are decrypted in memory only.
+      as --age-identity; the values are decrypted in memory only. Not bound
+      to a tenant: every Kix cluster's builds may use it (one team); several
+      teams use ageKeyFiles.
+    '';
+    ageKeyFiles = option (types.attrsOf types.str) { } ''
+      age identity files bound to Kix clusters, as strings (a Nix path would
+      copy a key into the store): { team-a = "/run/keys/team-a.txt"; }.
+      Only the named cluster's builds decrypt with its key; a file of
+      another cluster's build encrypted for it is refused, the record
+      Failed naming the file. Copied (mode 0400, the operator's user) to
+      /var/lib/kix-operator/age-keys/<cluster>.txt before each start and
+      passed as --age-key-file=<cluster>=<file>; the declared cluster of
+      the same name plans with it.
     '';
     defaultServiceAccount = option (types.nullOr (types.strMatching "[^/[:space:]]+/[^/[:space:]]+")) null ''
       "NAMESPACE/NAME": the ServiceAccount the operator acts as for records
@@ -510,6 +542,10 @@ in
           message = "services.kix-operator.ageIdentityFile is in the Nix store, where every user can read it: keep the key outside (\"/run/keys/...\", \"/var/lib/...\").";
         }
       ]
+      ++ lib.mapAttrsToList (name: file: {
+        assertion = !lib.hasPrefix builtins.storeDir file && builtins.match "[a-z0-9]([-a-z0-9.]*[a-z0-9])?" name != null;
+        message = "services.kix-operator.ageKeyFiles.${name}: the key file must stay out of the Nix store, where every user can read it, and ${name} must be a Kix cluster name.";
+      }) cfg.ageKeyFiles
       ++ lib.concatLists (lib.mapAttrsToList (name: c: [
         {
           assertion = (c.build != null) != (c.absent == "prune");
@@ -575,7 +611,7 @@ in
           "/nix/var/nix/daemon-socket:/nix/var/nix/daemon-socket"
           "${cfg.gcRootsDir}:${cfg.gcRootsDir}"
         ]
-        ++ lib.optional (hasKubeconfig || copyAgeIdentity) "${stateDir}:${stateDir}:ro";
+        ++ lib.optional (hasKubeconfig || copyAgeKeys) "${stateDir}:${stateDir}:ro";
         extraOptions = [
           "--network=host"
           "--read-only"
@@ -590,7 +626,7 @@ in
         after = bootstrapUnits ++ k3sUnits ++ [ "nix-daemon.socket" ];
         serviceConfig.ExecStartPre =
           lib.optional copyKubeconfig "${prepareKubeconfig}"
-          ++ lib.optional copyAgeIdentity "${prepareAgeIdentity}";
+          ++ lib.optional copyAgeKeys "${prepareAgeIdentity}";
       };
     })
 
@@ -613,7 +649,7 @@ in
         serviceConfig = {
           ExecStartPre =
             lib.optional copyKubeconfig "+${prepareKubeconfig}"
-            ++ lib.optional copyAgeIdentity "+${prepareAgeIdentity}";
+            ++ lib.optional copyAgeKeys "+${prepareAgeIdentity}";
           ExecStart = lib.concatMapStringsSep " " systemdArg ([ "${cfg.package}/bin/kix-operator" ] ++ arguments);
           User = "kix-operator";
           Group = "kix-operator";

@@ -208,6 +208,7 @@ in
 {
   moduleOptionNames = eq [
     "ageIdentityFile"
+    "ageKeyFiles"
     "bootstrap"
     "clusters"
     "container"
@@ -267,7 +268,7 @@ in
   optionDocsDefaultsWithoutStorePaths = eq [ ] (
     map (d: d.name) (builtins.filter (d: has "/nix/store" (builtins.toJSON (d.default or null))) docs)
   );
-  optionDocsCount = eq 38 (builtins.length docs);
+  optionDocsCount = eq 39 (builtins.length docs);
   moduleClusterOptionNames = eq [
     "absent"
     "acceptMigrations"
@@ -524,6 +525,51 @@ in
       failedAssertions (eval {
         enable = true;
         ageIdentityFile = "${builtins.storeDir}/0123456789abcdfghijklmnpqrsvwxyz-key.txt";
+      })
+    )
+  );
+  # Keys bound to Kix clusters: each copied by root to age-keys/<cluster>.txt
+  # and passed as --age-key-file=<cluster>=<file>; the declared cluster of
+  # that name plans with its own key only; never a store path.
+  ageKeyFilesBoundPerCluster = ok (
+    let
+      unit =
+        (eval {
+          enable = true;
+          mode = "host";
+          kubeconfigFile = k3sKubeconfig;
+          rbac.useServiceAccount = false;
+          ageKeyFiles = {
+            team-a = "/run/keys/team-a.txt";
+            team-b = "/run/keys/team-b.txt";
+          };
+        }).systemd.services.kix-operator;
+      pre = unit.serviceConfig.ExecStartPre;
+      start = unit.serviceConfig.ExecStart;
+    in
+    has "\"--age-key-file=team-a=/var/lib/kix-operator/age-keys/team-a.txt\"" start
+    && has "\"--age-key-file=team-b=/var/lib/kix-operator/age-keys/team-b.txt\"" start
+    && !(has "--age-identity" start)
+    && builtins.length pre == 2
+    && lib.hasPrefix "+" (builtins.elemAt pre 1)
+  );
+  ageKeyFileForItsDeclaredClusterOnly = ok (
+    let
+      start =
+        (declaring {
+          extra.ageKeyFiles = {
+            demo = "/run/keys/demo.txt";
+            other = "/run/keys/other.txt";
+          };
+        }).systemd.services.kix-declare-demo.serviceConfig.ExecStart;
+    in
+    has "--age-identity=/run/keys/demo.txt" start && !(has "/run/keys/other.txt" start)
+  );
+  ageKeyFilesNotInTheStore = ok (
+    builtins.any (m: has "ageKeyFiles.team-a: the key file must stay out of the Nix store" m) (
+      failedAssertions (eval {
+        enable = true;
+        ageKeyFiles.team-a = "${builtins.storeDir}/0123456789abcdfghijklmnpqrsvwxyz-key.txt";
       })
     )
   );
