@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{Operator, Pkg, Run, records, run, write_tree};
-use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
 use kix_testkit::TestEnv;
 use kube::api::{Api, ListParams};
 
@@ -173,6 +173,10 @@ async fn assert_refused(team_a: &TestEnv, out: &Run, b_key: &Key, how: &str) {
         secret_in(team_a).await.is_none(),
         "{how}: a Secret was written in team-a's namespace"
     );
+    // Refused before any change: not even the build's ConfigMap.
+    let config_maps = Api::<ConfigMap>::namespaced(team_a.client.clone(), &team_a.namespace);
+    let settings = config_maps.get_opt("settings").await.expect("reading");
+    assert!(settings.is_none(), "{how}: team-a's build was applied");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,6 +219,8 @@ async fn a_build_never_decrypts_with_another_tenants_key() {
     // stay in the store): refused alike.
     let target = Path::new(&b_path).join(FILE);
     let linked = tree(&dir.join("a-linked"), &team_a, Err(&target));
+    let link = std::fs::symlink_metadata(Path::new(&linked).join(FILE)).expect("the link");
+    assert!(link.file_type().is_symlink(), "the store keeps the symlink");
     let out = deploy(dir, &team_a, &linked, &[&a_key, &b_key]);
     assert_refused(&team_a, &out, &b_key, "symlinked").await;
     assert!(!out.to_string().contains(&b_password), "{out}");
