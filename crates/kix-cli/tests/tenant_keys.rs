@@ -1,13 +1,13 @@
 //! Keys bound to tenants (#43 point 3): one `kix-operator` process for two
 //! Kix clusters, each with its own age key bound to it (`--age-key-file
-//! CLUSTER=FILE`), against the real control plane, files encrypted by the
-//! real `sops`. Store paths are readable by everyone, so team-a can put
-//! team-b's ciphertext in its own build, copied or as a symlink into
-//! team-b's store path: the operator decrypts a record's build with the
-//! keys bound to the record's cluster only, so team-a's record fails naming
-//! the file and its recipients, nothing is written in team-a's namespace,
-//! and team-b's value is in no log, Event or record. Each team's own build
-//! still deploys with its own key.
+//! CLUSTER=FILE`, `--age-key-dir`), against the real control plane, files
+//! encrypted by the real `sops`. Store paths are readable by everyone, so
+//! team-a can put team-b's ciphertext in its own build, copied or as a
+//! symlink into team-b's store path: the operator decrypts a record's build
+//! with the keys bound to the record's cluster only, so team-a's record
+//! fails naming the file and its recipients, nothing is written in team-a's
+//! namespace, and team-b's value is in no log, Event or record. Each team's
+//! own build still deploys with its own key.
 
 mod common;
 
@@ -188,8 +188,14 @@ async fn a_build_never_decrypts_with_another_tenants_key() {
     let (a_key, b_key) = (keygen(dir, "team-a"), keygen(dir, "team-b"));
     let unique = kix_testkit::unique_name("p");
     let (a_password, b_password) = (format!("a-pw-{unique}"), format!("b-pw-{unique}"));
-    let bound = |env: &TestEnv, key: &Key| format!("{}={}", env.cluster, key.file.display());
-    let (bound_a, bound_b) = (bound(&team_a, &a_key), bound(&team_b, &b_key));
+    // team-a's key by --age-key-file, team-b's in an --age-key-dir laid out
+    // as a mounted Secret (`..data` is not a key).
+    let bound_a = format!("{}={}", team_a.cluster, a_key.file.display());
+    let key_dir = dir.join("keys");
+    std::fs::create_dir_all(key_dir.join("..data")).expect("mkdir");
+    let b_in_dir = key_dir.join(format!("{}.txt", team_b.cluster));
+    std::fs::copy(&b_key.file, b_in_dir).expect("copy the key");
+    let key_dir = key_dir.to_str().expect("UTF-8");
     let operator = Operator::start_with(
         &kix_testkit::kubeconfig_path(),
         &[&team_a.cluster, &team_b.cluster],
@@ -197,7 +203,7 @@ async fn a_build_never_decrypts_with_another_tenants_key() {
         &format!("{}-op", team_a.cluster),
         dir.join("operator.log"),
         None,
-        &["--age-key-file", &bound_a, "--age-key-file", &bound_b],
+        &["--age-key-file", &bound_a, "--age-key-dir", key_dir],
     );
 
     // team-b's own build deploys with team-b's key.

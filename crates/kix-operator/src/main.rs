@@ -102,7 +102,8 @@ struct Args {
     #[arg(long = "age-key-file", value_name = "CLUSTER=FILE", value_parser = bound_key_file)]
     age_key_files: Vec<(String, PathBuf)>,
     /// A directory of age identity files, `<cluster>.txt` each, bound to
-    /// the Kix cluster of its name (as --age-key-file).
+    /// the Kix cluster of its name (as --age-key-file); a mounted Secret
+    /// with such keys will do (names starting with a dot are not read).
     #[arg(long = "age-key-dir", value_name = "DIR")]
     age_key_dir: Option<PathBuf>,
     /// A Secret in the operator's namespace (--lease-namespace) whose values

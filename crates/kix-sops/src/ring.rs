@@ -42,8 +42,9 @@ impl KeyRing {
             .extend(identities);
     }
 
-    /// Binds each `<cluster>.txt` identity file of `dir` to its cluster;
-    /// other entries are refused, naming them (never a silent skip).
+    /// Binds each `<cluster>.txt` identity file of `dir` to its cluster.
+    /// Entries whose name starts with a dot are not read (a mounted
+    /// Secret's `..data`); any other entry is refused, naming it.
     pub fn bind_dir(&mut self, dir: &Path) -> Result<(), IdentityError> {
         let read_error = |message: String| IdentityError::Read {
             source_name: dir.display().to_string(),
@@ -52,6 +53,12 @@ impl KeyRing {
         let mut files = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(|e| read_error(e.to_string()))? {
             let path = entry.map_err(|e| read_error(e.to_string()))?.path();
+            if path
+                .file_name()
+                .is_some_and(|n| n.as_encoded_bytes().starts_with(b"."))
+            {
+                continue;
+            }
             let cluster = path
                 .file_name()
                 .and_then(|n| n.to_str())
@@ -128,6 +135,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("kix-ring-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         std::fs::write(dir.join("team-a.txt"), KEY_A).expect("write");
+        // A mounted Secret's own entries.
+        std::fs::create_dir_all(dir.join("..data")).expect("dir");
         let mut ring = KeyRing::default();
         ring.bind_dir(&dir).expect("reads");
         assert_eq!(ring.clusters().collect::<Vec<_>>(), ["team-a"]);
