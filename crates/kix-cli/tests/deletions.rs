@@ -293,16 +293,24 @@ fn restored(kix: &Kix, name: &str, record: &str) -> DynamicObject {
 async fn the_operator_holds_a_prune_over_the_deletion_budget_while_active() {
     let kix = Kix::new("op-budget").await;
     let operator = start_operator(&kix);
+    // The 20 were the first build's; the second dropped them.
+    let all = std::iter::once("keep".to_string()).chain(numbered(20));
+    let twenty_one = kix.tree("all", &configmaps(all), json!({}));
+    deploy_operator(&kix, &twenty_one, &[]).ok();
     let one = kix.tree("one", &configmaps(["keep".into()]), json!({}));
-    deploy_operator(&kix, &one, &[]).ok();
-    let name = kix.name(1);
+    deploy_operator(&kix, &one, &["--accept-deletions"]).ok();
+    // The current record accepted no deletion.
+    let changed = kix.tree("changed", &cli_support::configmap("keep", "2"), json!({}));
+    deploy_operator(&kix, &changed, &[]).ok();
+    let name = kix.name(3);
 
-    // Restored while the operator is down (so it meets all 20 at once).
+    // Restored from a backup while the operator is down (so it meets all
+    // 20 at once), claiming the record whose build had them.
     drop(operator);
     let mark = audit::mark().expect("mark");
     for n in numbered(20) {
         cms(&kix)
-            .create(&PostParams::default(), &restored(&kix, &n, &name))
+            .create(&PostParams::default(), &restored(&kix, &n, &kix.name(1)))
             .await
             .expect("create");
     }
@@ -342,7 +350,7 @@ async fn the_operator_holds_a_prune_over_the_deletion_budget_while_active() {
     );
     deploy_operator(&kix, &one, &["--accept-deletions"]).ok();
     assert_eq!(configmap_deletes(mark, kix.ns()).len(), 20);
-    let accepted = record(&kix, &kix.name(2))
+    let accepted = record(&kix, &kix.name(4))
         .await
         .spec
         .receipt

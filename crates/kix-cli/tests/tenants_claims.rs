@@ -7,6 +7,10 @@
 //! - A record's name is its own Kix cluster's (`<cluster>-<n>`): the
 //!   apiserver refuses a record that takes another Kix cluster's next name,
 //!   and a squatter made before the policy is named, never numbered past.
+//! - An object's `kix.run/activations` claim on a record counts only when
+//!   the record's build has the object: a tenant's decoy claiming another
+//!   tenant's record is ignored (an Event names it), never read, pruned or
+//!   released as that record's, and never fails it.
 
 mod common;
 
@@ -357,5 +361,232 @@ async fn a_record_is_named_after_its_own_kix_cluster() {
         platform.phase("team-b-2").await,
         Some(kix_api::Phase::Active),
         "{run}"
+    );
+}
+
+/// team-a's decoy: a ConfigMap in team-a's namespace that looks like kix's
+/// (managed-by, an owner label naming its own identity, a package) and
+/// claims team-b's record `claimed`. alice may write it; team-b's account
+/// may read it (the page grants configmaps get/list/watch cluster-wide) but
+/// not change or delete it.
+fn plant_decoy(platform: &Platform, claimed: &str) {
+    let owner = kix_api::owner_value("", "ConfigMap", Some("team-a"), "decoy");
+    let decoy = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "decoy", "namespace": "team-a",
+                     "labels": {"app.kubernetes.io/managed-by": "kix", "kix.run/owner": owner,
+                                "kix.run/package": "web"},
+                     "annotations": {"kix.run/activations": claimed}},
+        "data": {"value": "team-a's"}});
+    assert_created(platform, ALICE, &decoy.to_string(), "alice's decoy");
+}
+
+/// The decoy, unchanged: its data and its claim as alice wrote them.
+fn assert_decoy_untouched(platform: &Platform, claimed: &str) {
+    let out = platform.kubectl(
+        As::Admin,
+        &["get", "configmap", "decoy", "-n", "team-a", "-o", "json"],
+        None,
+    );
+    assert!(out.status.success(), "the decoy is gone: {}", stderr(&out));
+    let decoy: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(decoy["data"]["value"], "team-a's");
+    assert_eq!(
+        decoy["metadata"]["annotations"]["kix.run/activations"],
+        claimed
+    );
+}
+
+/// The notes of the Events on record `name` with `reason`.
+fn events(platform: &Platform, name: &str, reason: &str) -> Vec<String> {
+    let selector = format!("involvedObject.name={name},reason={reason}");
+    let out = platform.kubectl(
+        As::Admin,
+        &[
+            "get",
+            "events",
+            "-A",
+            "--field-selector",
+            &selector,
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "events: {}", stderr(&out));
+    let list: Value = serde_json::from_slice(&out.stdout).expect("json");
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["message"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Polls `check` every half second for `within`, panicking with `what`.
+async fn eventually<T>(what: &str, within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(
+            started.elapsed() < within,
+            "gave up after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A tenant's object that claims another tenant's record (finding 2): the
+/// operator ignores the claim (an Event on the record names the object),
+/// the record stays Active across resyncs, and deleting it completes
+/// without touching the object.
+#[tokio::test]
+async fn a_claim_planted_by_another_tenant_changes_nothing_of_the_record_it_names() {
+    let platform = Platform::start();
+    platform.install(true);
+    platform.grant_tenants();
+    platform.wait_for_policy();
+    let _operator = common::Operator::start_with(
+        &platform.kubeconfig(),
+        &["team-a", "team-b"],
+        "kube-system",
+        "kix-operator",
+        platform.dir.path().join("operator.log"),
+        None,
+        &["--require-service-account"],
+    );
+    let build = platform.build("team-b", "team-b", "one");
+    let run = platform.deploy("team-b", &build, true);
+    assert_eq!(
+        run.code,
+        Some(0),
+        "team-b deploys through the operator: {run}"
+    );
+    assert_eq!(
+        platform.phase("team-b-1").await,
+        Some(kix_api::Phase::Active)
+    );
+
+    plant_decoy(&platform, "team-b-1");
+    let note = eventually(
+        "an Event on team-b-1 naming the decoy",
+        Duration::from_secs(30),
+        || {
+            events(&platform, "team-b-1", "ClaimIgnored")
+                .into_iter()
+                .find(|n| n.contains("ConfigMap team-a/decoy claims team-b-1"))
+        },
+    )
+    .await;
+    assert!(note.contains("not in its build"), "{note}");
+    // Over two resyncs (10 s each in tests): still Active, nothing said on
+    // the record, the decoy untouched.
+    let until = Instant::now() + Duration::from_secs(22);
+    while Instant::now() < until {
+        let client = common::client_for(&platform.kubeconfig()).await;
+        let api: kube::Api<kix_api::Activation> = kube::Api::all(client);
+        let record = api.get("team-b-1").await.expect("team-b-1");
+        let status = record.status.clone().unwrap_or_default();
+        assert_eq!(status.phase, Some(kix_api::Phase::Active), "{status:?}");
+        assert!(status.failed_deletions.is_empty(), "{status:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_decoy_untouched(&platform, "team-b-1");
+    let notes = events(&platform, "team-b-1", "ClaimIgnored");
+    assert_eq!(notes.len(), 1, "reported once: {notes:?}");
+
+    // The record's deletion completes; team-b's object goes, the decoy stays.
+    let out = platform.kubectl(
+        As::Admin,
+        &["delete", "activation", "team-b-1", "--wait=false"],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    eventually(
+        "team-b-1's finalizer to complete",
+        Duration::from_secs(60),
+        || {
+            let out = platform.kubectl(
+                As::Admin,
+                &[
+                    "get",
+                    "activation",
+                    "team-b-1",
+                    "--ignore-not-found",
+                    "-o",
+                    "name",
+                ],
+                None,
+            );
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+    let out = platform.kubectl(
+        As::Admin,
+        &[
+            "get",
+            "configmap",
+            "settings",
+            "-n",
+            "team-b",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ],
+        None,
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+        "team-b's settings stays"
+    );
+    assert_decoy_untouched(&platform, "team-b-1");
+}
+
+/// The same decoy, met by the CLI: `kix deploy` of team-b (acting as its
+/// account, which may list ConfigMaps everywhere but delete only in team-b)
+/// neither prunes nor fails on it, the plan saying why it is left; `kix
+/// status` does not count it as team-b's. A decoy claiming a record that
+/// does not exist is left the same way.
+#[tokio::test]
+async fn the_cli_leaves_an_object_that_claims_a_record_it_is_not_in() {
+    let platform = Platform::start();
+    platform.install(true);
+    platform.grant_tenants();
+    platform.wait_for_policy();
+    let v1 = platform.build("team-b", "team-b", "one");
+    let run = platform.deploy("team-b", &v1, false);
+    assert_eq!(run.code, Some(0), "team-b deploys: {run}");
+    plant_decoy(&platform, "team-b-1,team-b-7");
+
+    let v2 = platform.build("team-b", "team-b", "two");
+    let run = platform.deploy("team-b", &v2, false);
+    assert_eq!(run.code, Some(0), "team-b deploys past the decoy: {run}");
+    assert!(
+        run.stdout.contains("ConfigMap team-a/decoy")
+            && run
+                .stdout
+                .contains("not this Kix cluster's: it claims team-b-1, team-b-7"),
+        "the plan says why the decoy is left: {run}"
+    );
+    assert_eq!(
+        platform.phase("team-b-2").await,
+        Some(kix_api::Phase::Active)
+    );
+    assert_decoy_untouched(&platform, "team-b-1,team-b-7");
+
+    let run = common::run(platform.kix().args(["status", "team-b"]));
+    assert_eq!(run.code, Some(0), "kix status: {run}");
+    assert!(
+        !run.stdout.contains("decoy"),
+        "status counts the decoy as team-b's: {run}"
+    );
+    assert!(
+        run.stdout.contains("objects: 1 Ready, 0 Progressing"),
+        "team-b has one object: {run}"
     );
 }

@@ -43,6 +43,7 @@
 mod apply;
 pub mod budget;
 pub mod changes;
+pub mod claims;
 pub mod client;
 pub mod contents;
 pub mod crd_upgrade;

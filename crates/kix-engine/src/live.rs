@@ -128,17 +128,34 @@ pub async fn list_unlabelled(
 
 /// The objects named, each read by its name with no selector (one request
 /// each, for the few objects a watch saw change): the owned ones and the
-/// others alike. A name not found is simply not returned.
+/// others alike. A name not found is simply not returned. An object the
+/// account may not read is an error when `ours` says it is the plan's
+/// (its build has it); any other is not read, logged and left: it only
+/// claimed to be, and a claim anyone may write never fails a record.
 pub async fn read_named(
     client: &Client,
     named: Vec<(ObjectKey, ApiResource, bool)>,
+    ours: impl Fn(&ObjectKey) -> bool,
 ) -> Result<Vec<Live>> {
-    let reads = stream::iter(named.into_iter().map(|(key, resource, namespaced)| {
+    let named: Vec<_> = named
+        .into_iter()
+        .map(|(key, resource, namespaced)| {
+            let ours = ours(&key);
+            (key, resource, namespaced, ours)
+        })
+        .collect();
+    let reads = stream::iter(named.into_iter().map(|(key, resource, namespaced, ours)| {
         let client = client.clone();
         async move {
             let params = ListParams::default().fields(&format!("metadata.name={}", key.name));
             let namespace = key.namespace.as_deref().filter(|_| namespaced);
-            list_served(&client, &Arc::new(resource), namespaced, namespace, &params).await
+            match list_served(&client, &Arc::new(resource), namespaced, namespace, &params).await {
+                Err(err) if !ours && err.is_forbidden() => {
+                    tracing::warn!("not reading {key}, which is not the build's: {err}");
+                    Ok(vec![])
+                }
+                read => read,
+            }
         }
     }))
     .buffer_unordered(LIST_CONCURRENCY)

@@ -191,6 +191,9 @@ struct Ctx {
     manager: String,
     /// The Kix cluster of every record, by record name.
     clusters: BTreeMap<String, String>,
+    /// The store path of every record, by name: an object's claim on one
+    /// holds when its build has the object ([`crate::claims`]).
+    paths: BTreeMap<String, String>,
     /// The record the deploy of this plan writes.
     activation: String,
     /// The Jobs that completed for this cluster ([`crate::health::completed`]).
@@ -206,6 +209,7 @@ impl Ctx {
             cluster: cluster.to_owned(),
             manager: kix_api::field_manager(cluster),
             clusters: activation_clusters(all_records),
+            paths: crate::claims::record_paths(all_records),
             activation,
             completed_jobs: crate::health::completed::of_cluster(all_records, cluster),
         }
@@ -359,7 +363,8 @@ async fn observe_only(
         })
         .collect();
     let (mut live, mut unlabelled) = (KeyMap::default(), KeyMap::default());
-    for l in crate::live::read_named(client, named).await? {
+    let ours = |key: &ObjectKey| by_key.contains_key(key);
+    for l in crate::live::read_named(client, named, ours).await? {
         if !only.contains(&l.key) {
             continue;
         }
@@ -723,7 +728,15 @@ fn dropped(l: &Live, ctx: &Ctx) -> PlannedObject {
         .filter(|a| !ctx.mine(a))
         .cloned()
         .collect();
-    let (action, note) = if let Some(deletion) = &l.deletion {
+    // Anyone who may write the object may write its claim: it is this
+    // cluster's only when a build of the records it claims has it.
+    let claimed: Vec<&String> = l.activations.iter().filter(|a| ctx.mine(a)).collect();
+    let founded = claimed
+        .iter()
+        .any(|a| crate::claims::holds(a, &l.key, &ctx.paths));
+    let (action, note) = if !founded {
+        (Action::Keep, Some(crate::claims::unfounded_note(&claimed)))
+    } else if let Some(deletion) = &l.deletion {
         (Action::Deleting, Some(deletion.describe()))
     } else if l.prune_disabled {
         (Action::Keep, Some(NOTE_PRUNE_DISABLED.to_string()))

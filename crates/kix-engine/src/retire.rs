@@ -10,7 +10,9 @@
 //! - deleted otherwise.
 //!
 //! An object that cannot be changed or deleted is reported with the reason,
-//! never skipped silently.
+//! never skipped silently. An object whose claim on the record does not
+//! hold (the record's build does not have it, [`crate::claims`]) is not the
+//! record's: it is reported as ignored and left untouched.
 
 use std::collections::BTreeSet;
 
@@ -33,6 +35,10 @@ pub struct RetireReport {
     pub kept: Vec<ObjectRef>,
     /// Objects that could not be released, with the reason.
     pub failed: Vec<(ObjectRef, String)>,
+    /// Objects that claim the record but are not its (its build does not
+    /// have them, or its account may not touch them and its build could not
+    /// be read to tell): left as they are, with the reason.
+    pub ignored: Vec<(ObjectRef, String)>,
 }
 
 /// Releases the objects of `record`. `retiring` names every record going
@@ -61,23 +67,37 @@ pub async fn release_objects(
         }
         listed => listed?,
     };
-    let mut mine: Vec<_> = live
+    // A claim counts only when the record's build has the object: anyone
+    // who may write an object may write its annotation.
+    let inventory = crate::claims::of_path(&record.spec.source.path);
+    let mut report = RetireReport::default();
+    let mut mine = Vec::new();
+    for l in live
         .values()
         .filter(|l| l.owned && l.activations.contains(&name))
-        .collect();
+    {
+        match &inventory {
+            Some(inventory) if !inventory.declares(&l.key) => {
+                let why =
+                    format!("claims {name} (kix.run/activations), whose build does not have it");
+                report.ignored.push((object_ref(l), why));
+            }
+            _ => mine.push(l),
+        }
+    }
     // Dependents before what they live in (reverse apply order).
     mine.sort_by(|a, b| {
         let ra = kix_manifest::kind_rank(&a.key.group, &a.key.kind);
         let rb = kix_manifest::kind_rank(&b.key.group, &b.key.kind);
         rb.cmp(&ra).then_with(|| a.key.cmp(&b.key))
     });
-    let mut report = RetireReport::default();
     for l in mine {
         let released = Released {
             record: &name,
             cluster: &cluster,
             clusters: &clusters,
             repoint_to: current.filter(|_| current_keys.contains(&l.key)),
+            verified: inventory.is_some(),
         };
         release_one(client, l, &released, &mut report).await;
     }
@@ -156,6 +176,18 @@ struct Released<'a> {
     clusters: &'a std::collections::BTreeMap<String, String>,
     /// The cluster's current record, when its build has the object.
     repoint_to: Option<&'a Activation>,
+    /// Whether the record's build was read and has the object. When it
+    /// could not be read, an object its account may not touch is left.
+    verified: bool,
+}
+
+fn object_ref(l: &crate::live::Live) -> ObjectRef {
+    ObjectRef::new(
+        l.api_version().to_string(),
+        l.key.kind.clone(),
+        l.key.namespace.clone(),
+        l.key.name.clone(),
+    )
 }
 
 /// Releases `l`: kept (prune disabled), pointed at the current record,
@@ -167,12 +199,7 @@ async fn release_one(
     report: &mut RetireReport,
 ) {
     let (name, cluster) = (released.record, released.cluster);
-    let reference = ObjectRef::new(
-        l.api_version().to_string(),
-        l.key.kind.clone(),
-        l.key.namespace.clone(),
-        l.key.name.clone(),
-    );
+    let reference = object_ref(l);
     let api: Api<DynamicObject> = match &l.key.namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &*l.resource),
         None => Api::all_with(client.clone(), &*l.resource),
@@ -239,7 +266,15 @@ async fn release_one(
             Err(e) => Err(e),
         }
     };
-    if let Err(err) = result {
-        report.failed.push((reference, api_message(&err)));
+    match result {
+        Ok(()) => {}
+        Err(kube::Error::Api(s)) if s.code == 403 && !released.verified => {
+            let why = format!(
+                "not known to be {name}'s (its build could not be read), and its account may not change it: {}",
+                s.message
+            );
+            report.ignored.push((reference, why));
+        }
+        Err(err) => report.failed.push((reference, api_message(&err))),
     }
 }

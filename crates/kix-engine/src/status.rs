@@ -11,7 +11,7 @@
 //! for the kinds judged by it); an object found drifted there is read whole.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -243,6 +243,34 @@ pub struct Status {
 /// How many LISTs run at once.
 const LIST_CONCURRENCY: usize = 8;
 
+/// Which objects are the cluster's: those claiming one of its records,
+/// and, when its current build lacks them, only when a build of the
+/// records they claim has them (anyone may write a claim).
+struct Claims<'a> {
+    cluster: &'a str,
+    clusters: BTreeMap<String, String>,
+    paths: BTreeMap<String, String>,
+}
+
+impl<'a> Claims<'a> {
+    fn of(cluster: &'a str, all: &[Activation]) -> Claims<'a> {
+        Claims {
+            cluster,
+            clusters: activation_clusters(all),
+            paths: crate::claims::record_paths(all),
+        }
+    }
+
+    fn hold(&self, key: &ObjectKey, activations: &BTreeSet<String>, in_build: bool) -> bool {
+        let mut claimed = activations
+            .iter()
+            .filter(|a| belongs_to(a, self.cluster, &self.clusters))
+            .peekable();
+        claimed.peek().is_some()
+            && (in_build || claimed.any(|a| crate::claims::holds(a, key, &self.paths)))
+    }
+}
+
 /// Reads the status of `cluster`.
 pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
     let all = records::list_all_required(client).await?;
@@ -252,7 +280,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
         .last()
         .filter(|r| Some(r.name_any()) != current.map(|c| c.name_any()))
         .map(|r| RecordSummary::new(r, false));
-    let clusters = activation_clusters(&all);
+    let claims = Claims::of(cluster, &all);
     let completed_jobs = crate::health::completed::of_cluster(&all, cluster);
     // Read meanwhile: it was a round trip after the judging.
     let (instances, package_instances) = {
@@ -303,11 +331,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
         .unwrap_or_default();
     let judge = |item: &Item| -> Option<Judged> {
         let l = item.seen();
-        let mine = l.owned
-            && l.activations
-                .iter()
-                .any(|a| belongs_to(a, cluster, &clusters));
-        if !mine {
+        if !l.owned || !claims.hold(&l.key, &l.activations, by_key.contains_key(&l.key)) {
             return None;
         }
         let verdict = match by_key.get(&l.key) {

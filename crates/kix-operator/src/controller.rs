@@ -85,6 +85,9 @@ pub struct Touched {
     pub objects: BTreeSet<kix_manifest::ObjectKey>,
     /// When the record was last planned whole (all objects read).
     pub planned_whole: Option<Instant>,
+    /// What the record's build declares: an object claiming the record
+    /// that is not in it is not the record's ([`kix_engine::claims`]).
+    pub inventory: Option<Arc<kix_engine::claims::Inventory>>,
 }
 
 /// Most objects a repair reads one by one; past this, one LIST per kind.
@@ -253,6 +256,7 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     };
     let client = &acting.client;
     watch_kinds(ctx, &build);
+    crate::triggers::note_build(ctx, &name, path.as_str(), &build);
 
     let fresh = matches!(phase, Phase::Pending | Phase::Applying | Phase::Failed) || spec_changed;
     // Upkeep: what the watches saw change, each object read by name; the
@@ -656,6 +660,17 @@ async fn cleanup(record: Arc<Activation>, ctx: &Context) -> Result<Action, Recon
     };
     let report =
         kix_engine::retire::release_objects(&acting.client, &record, &BTreeSet::new()).await?;
+    if !report.ignored.is_empty() {
+        // Objects that claim the record but are not its: said once (the
+        // finalizer does not retry for them), never deleted.
+        let lines: Vec<String> = report
+            .ignored
+            .iter()
+            .map(|(o, r)| format!("{o}: {r}"))
+            .collect();
+        let note = format!("left as they are: {}", kix_engine::deploy::joined(&lines));
+        event(ctx, &record, EventType::Warning, "ClaimIgnored", note).await;
+    }
     if !report.failed.is_empty() {
         // Reported on the record and as an event; the finalizer stays and
         // retries, so a deletion never hangs silently.

@@ -2,7 +2,7 @@
 //! once instead of at the next resync: every change to an owned object
 //! triggers a reconcile of its Kix cluster's current operator record.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +51,8 @@ pub async fn run(ctx: Arc<Context>, trigger: UnboundedSender<ObjectRef<Activatio
             tokio::spawn(async move {
                 let mut stream = watcher::watcher(api, config).default_backoff().boxed();
                 let mut seen: HashMap<String, ObjectKey> = HashMap::new();
+                // Claims already reported as not holding: (record, object).
+                let mut noted: HashSet<(String, kix_manifest::ObjectKey)> = HashSet::new();
                 while let Some(event) = stream.next().await {
                     let objects = match event {
                         Ok(Event::Apply(o)) => {
@@ -74,11 +76,22 @@ pub async fn run(ctx: Arc<Context>, trigger: UnboundedSender<ObjectRef<Activatio
                             .get(kix_api::ANNOTATION_ACTIVATIONS)
                             .cloned()
                             .unwrap_or_default();
+                        let key = object_key_of(&resource.api, &object);
                         for name in kix_api::labels::parse_activations(&annotation) {
-                            if let Some(current) = current_record_for(&ctx, &name) {
-                                touch(&ctx, &current, &resource.api, &object);
-                                let _ = trigger.send(ObjectRef::new(&current));
+                            let Some(current) = current_record_for(&ctx, &name) else {
+                                continue;
+                            };
+                            // Anyone who may write the object may write its
+                            // claim: it counts only when the record's build
+                            // has the object.
+                            if !claim_holds(&ctx, &current, &key) {
+                                if noted.insert((current.clone(), key.clone())) {
+                                    ignored_claim(&ctx, &name, &current, &key).await;
+                                }
+                                continue;
                             }
+                            touch(&ctx, &current, &key);
+                            let _ = trigger.send(ObjectRef::new(&current));
                         }
                     }
                 }
@@ -148,25 +161,74 @@ fn object_key(object: &PartialObjectMeta<DynamicObject>) -> ObjectKey {
     )
 }
 
-/// Notes that `object` changed, for the next repair of `record` to read.
-fn touch(
-    ctx: &Context,
-    record: &str,
+fn object_key_of(
     resource: &kube::discovery::ApiResource,
     object: &PartialObjectMeta<DynamicObject>,
-) {
-    let key = kix_manifest::ObjectKey {
+) -> kix_manifest::ObjectKey {
+    kix_manifest::ObjectKey {
         group: resource.group.clone(),
         kind: resource.kind.clone(),
         namespace: object.metadata.namespace.clone(),
         name: object.name_any(),
-    };
+    }
+}
+
+/// Notes that the object `key` changed, for the next repair of `record` to
+/// read.
+fn touch(ctx: &Context, record: &str, key: &kix_manifest::ObjectKey) {
     if let Ok(mut touched) = ctx.touched.lock() {
         touched
             .entry(record.to_string())
             .or_default()
             .objects
-            .insert(key);
+            .insert(key.clone());
+    }
+}
+
+/// Remembers what the build of `record` declares, for the claims of the
+/// objects its watches see ([`claim_holds`]).
+pub fn note_build(ctx: &Context, record: &str, path: &str, build: &kix_manifest::Build) {
+    let inventory = kix_engine::claims::remember(path, build);
+    if let Ok(mut touched) = ctx.touched.lock() {
+        touched.entry(record.to_string()).or_default().inventory = Some(inventory);
+    }
+}
+
+/// Whether the object `key` can be `record`'s: its build has it. Before the
+/// record's build was read (none noted yet), the claim is taken; the plan
+/// checks it again.
+fn claim_holds(ctx: &Context, record: &str, key: &kix_manifest::ObjectKey) -> bool {
+    let Ok(touched) = ctx.touched.lock() else {
+        return true;
+    };
+    match touched.get(record).and_then(|t| t.inventory.as_ref()) {
+        Some(inventory) => inventory.declares(key),
+        None => true,
+    }
+}
+
+/// An object claims `claimed` (of the Kix cluster whose current record is
+/// `record`) but `record`'s build does not have it: ignored, logged once,
+/// and an Event on the record naming it when it claims the record itself
+/// (an object that names an older record is a leftover the resync plans).
+async fn ignored_claim(ctx: &Context, claimed: &str, record: &str, key: &kix_manifest::ObjectKey) {
+    let note = format!(
+        "{key} claims {claimed} (kix.run/activations) but is not in its build: ignored, left as it is"
+    );
+    tracing::warn!(activation = %record, "{note}");
+    if claimed != record {
+        return;
+    }
+    let api: Api<Activation> = Api::all(ctx.client.clone());
+    if let Ok(Some(found)) = api.get_opt(record).await {
+        crate::controller::event(
+            ctx,
+            &found,
+            kube::runtime::events::EventType::Warning,
+            "ClaimIgnored",
+            note,
+        )
+        .await;
     }
 }
 
