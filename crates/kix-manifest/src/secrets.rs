@@ -68,9 +68,12 @@ impl AgeIdentities {
     }
 
     /// Only the keys `cluster`'s builds may use (bound to it, or shared),
-    /// whatever cluster a build declares; None when it has none.
+    /// bound to `cluster` alone: a build that declares another cluster is
+    /// not decrypted with them. None when it has none.
     pub fn for_cluster(&self, cluster: &str) -> Option<AgeIdentities> {
-        self.0.for_cluster(cluster).map(AgeIdentities::new)
+        let mut ring = KeyRing::default();
+        ring.bind(cluster, self.0.for_cluster(cluster)?);
+        Some(AgeIdentities::ring(ring))
     }
 
     /// The identities a build of `cluster` decrypts with, if any.

@@ -198,6 +198,54 @@ fn with_identities_the_secrets_become_objects_of_their_package() {
     assert_eq!(build.object_count(), 0);
 }
 
+/// The fuzz key alone.
+fn fuzz_key() -> kix_sops::Identities {
+    let source = fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../kix-sops/fuzz/fuzz_targets/sops_decrypt.rs"),
+    )
+    .expect("the fuzz target");
+    let key = source.split('"').find(|s| s.starts_with("AGE-SECRET-KEY-"));
+    kix_sops::Identities::parse(
+        key.expect("the fuzz key"),
+        "k",
+        kix_sops::Layout::OnePerLine,
+    )
+    .expect("parses")
+}
+
+/// A key bound to another Kix cluster is not used for a build of this one
+/// (#43 point 3): the reader picks the keys of the cluster the build
+/// declares, or of the record it acts for.
+#[test]
+fn a_key_ring_decrypts_a_build_with_its_clusters_keys_only() {
+    use kix_manifest::secrets::AgeIdentities;
+    let text = encrypted_fixture("db.sops.yaml");
+    let (dir, root) = tree(&[
+        ("kix.json", KIX),
+        (
+            "packages/app/package.json",
+            r#"{"name":"app","version":"1","namespace":"apps"}"#,
+        ),
+        ("packages/app/secrets/000-db.sops.yaml", &text),
+    ]);
+    let mut ring = kix_sops::KeyRing::default();
+    ring.bind("other", fuzz_key());
+    let ring = AgeIdentities::ring(ring);
+    // The build declares Kix cluster "test": the key of "other" is not its.
+    let build = read_with(&dir, &root, Some(ring.clone())).expect("reads");
+    assert!(!build.secrets_decrypted);
+    assert_eq!(build.object_count(), 0);
+    // Read for a record of "other": its keys only for a build of "other".
+    let build = read_with(&dir, &root, ring.for_cluster("other")).expect("reads");
+    assert!(!build.secrets_decrypted);
+    assert!(ring.for_cluster("test").is_none());
+    // Bound to "test": decrypted.
+    let mut ring = kix_sops::KeyRing::default();
+    ring.bind("test", fuzz_key());
+    let build = read_with(&dir, &root, Some(AgeIdentities::ring(ring))).expect("reads");
+    assert!(build.secrets_decrypted);
+}
+
 #[test]
 fn a_decrypted_document_must_be_a_secret_and_unique() {
     let (dir, root) = tree(&[
