@@ -130,9 +130,25 @@ impl Platform {
 
     /// The page's RBAC for team-a, the same for team-b, and its writers.
     fn grant_tenants(&self) {
+        self.grant_tenants_reading(true);
+    }
+
+    /// [`Platform::grant_tenants`]; team-b reads ConfigMaps cluster-wide
+    /// (as the page's ClusterRole grants) or, `false`, in its namespace
+    /// only (the page: "A Role is enough").
+    fn grant_tenants_reading(&self, team_b_everywhere: bool) {
         let team_a = doc_file("team-a.yaml");
         self.apply(&team_a, "team-a.yaml");
-        self.apply(&team_a.replace("team-a", "team-b"), "team-b.yaml");
+        let mut team_b = team_a.replace("team-a", "team-b");
+        if !team_b_everywhere {
+            let everywhere = "resources: [configmaps, namespaces]";
+            assert!(
+                team_b.contains(everywhere),
+                "the page's ClusterRole changed"
+            );
+            team_b = team_b.replace(everywhere, "resources: [namespaces]");
+        }
+        self.apply(&team_b, "team-b.yaml");
         self.apply(&doc_file("writers.yaml"), "writers.yaml");
         // tina writes records as the page lets team-a's group (writers.yaml).
         let tina = doc_file("writers.yaml")
@@ -440,12 +456,23 @@ async fn eventually<T>(what: &str, within: Duration, mut check: impl FnMut() -> 
 /// A tenant's object that claims another tenant's record (finding 2): the
 /// operator ignores the claim (an Event on the record names the object),
 /// the record stays Active across resyncs, and deleting it completes
-/// without touching the object.
+/// without touching the object. team-b may read it (the page's grants).
 #[tokio::test]
 async fn a_claim_planted_by_another_tenant_changes_nothing_of_the_record_it_names() {
+    planted_claim(true).await;
+}
+
+/// The same, team-b reading only its namespace: the decoy is never read
+/// as team-b's account (it would be refused, and fail the record).
+#[tokio::test]
+async fn a_claim_on_a_record_whose_account_may_not_read_the_object_changes_nothing() {
+    planted_claim(false).await;
+}
+
+async fn planted_claim(team_b_reads_everywhere: bool) {
     let platform = Platform::start();
     platform.install(true);
-    platform.grant_tenants();
+    platform.grant_tenants_reading(team_b_reads_everywhere);
     platform.wait_for_policy();
     let _operator = common::Operator::start_with(
         &platform.kubeconfig(),

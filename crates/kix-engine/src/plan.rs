@@ -995,8 +995,41 @@ async fn read_live(
     }
 }
 
-/// Reconcile mode: one paged LIST of full objects per kind of the desired
-/// objects kix owns. Only what the plan needs is kept: the drifted fields
+/// Every object kix labels of `d`'s kind (in `namespace`, or everywhere),
+/// page by page, each given to `keep`.
+async fn list_full(
+    client: &Client,
+    d: &Desired,
+    namespace: Option<&str>,
+    keep: &mut impl FnMut(DynamicObject),
+) -> Result<()> {
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &d.resource.api),
+        None => Api::all_with(client.clone(), &d.resource.api),
+    };
+    let mut params = kube::api::ListParams::default()
+        .labels(&kix_api::labels::managed_selector())
+        .limit(FULL_PAGE);
+    loop {
+        let page = api
+            .list(&params)
+            .await
+            .map_err(|source| EngineError::List {
+                kind: d.key.kind.clone(),
+                source,
+            })?;
+        page.items.into_iter().for_each(&mut *keep);
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => break,
+        }
+    }
+    Ok(())
+}
+
+/// Reconcile mode: one paged LIST of full objects per kind (in each
+/// of their namespaces when the account may not list it everywhere) of the
+/// desired objects kix owns. Only what the plan needs is kept: the drifted fields
 /// of an object whose digest is the build's, and the full object when it
 /// drifted or its digest differs (it is written: the dry-run diffs it).
 /// Holding every full object was most of the operator's memory.
@@ -1022,37 +1055,34 @@ async fn fetch_full(
     }
     let (mut full, mut drifted) = (KeyMap::default(), KeyMap::default());
     for d in kinds.values() {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &d.resource.api);
-        let mut params = kube::api::ListParams::default()
-            .labels(&kix_api::labels::managed_selector())
-            .limit(FULL_PAGE);
-        loop {
-            let page = api
-                .list(&params)
-                .await
-                .map_err(|source| EngineError::List {
-                    kind: d.key.kind.clone(),
-                    source,
-                })?;
-            for obj in page.items {
-                let key = ObjectKey {
-                    group: d.resource.api.group.clone(),
-                    kind: d.key.kind.clone(),
-                    namespace: obj
-                        .metadata
-                        .namespace
-                        .clone()
-                        .filter(|_| d.resource.namespaced),
-                    name: obj.metadata.name.clone().unwrap_or_default(),
-                };
-                if let Some(wanted) = by_key.get(&key) {
-                    keep_full(key, &obj, wanted, live, manager, &mut full, &mut drifted);
+        let mut keep = |obj: DynamicObject| {
+            let key = ObjectKey {
+                group: d.resource.api.group.clone(),
+                kind: d.key.kind.clone(),
+                namespace: obj
+                    .metadata
+                    .namespace
+                    .clone()
+                    .filter(|_| d.resource.namespaced),
+                name: obj.metadata.name.clone().unwrap_or_default(),
+            };
+            if let Some(wanted) = by_key.get(&key) {
+                keep_full(key, &obj, wanted, live, manager, &mut full, &mut drifted);
+            }
+        };
+        match list_full(client, d, None, &mut keep).await {
+            // A tenant bounded to its namespaces reads its objects there.
+            Err(err) if d.resource.namespaced && err.is_forbidden() => {
+                let namespaces: BTreeSet<&str> = by_key
+                    .values()
+                    .filter(|o| o.resource.api == d.resource.api)
+                    .filter_map(|o| o.key.namespace.as_deref())
+                    .collect();
+                for namespace in namespaces {
+                    list_full(client, d, Some(namespace), &mut keep).await?;
                 }
             }
-            match page.metadata.continue_ {
-                Some(token) if !token.is_empty() => params = params.continue_token(&token),
-                _ => break,
-            }
+            listed => listed?,
         }
     }
     Ok((full, drifted))
