@@ -21,6 +21,7 @@
 //! - The engine's wait, `kix status` and the operator all judge through
 //!   [`Rules::judge`]; none has health rules of its own.
 
+pub mod bounds;
 pub mod kstatus;
 
 mod builtin;

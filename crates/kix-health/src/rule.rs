@@ -17,6 +17,8 @@ use cel::{Context, Env, ExecutionError, Program};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::bounds;
+
 /// A health rule as declared (in Nix, carried in the tree as JSON).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -83,6 +85,13 @@ pub enum RuleError {
         expr: String,
         message: String,
     },
+    #[error("{source_name}: health rule for {kind}: {field} is refused: it is {over}")]
+    Limit {
+        source_name: String,
+        kind: String,
+        field: ExprField,
+        over: String,
+    },
     #[error("{source_name}: health rule for {kind}: none of current, inProgress, failed is set")]
     NoExpression { source_name: String, kind: String },
     #[error("{source_name}: health rule needs a kind")]
@@ -118,8 +127,10 @@ pub(crate) enum Outcome {
 pub(crate) static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
 
 impl Expr {
+    /// Compiles a text [`bounds::check`] accepted (on a stack large enough
+    /// for it).
     pub(crate) fn compile(source: &str) -> Result<Expr, String> {
-        let program = ENV.compile(source).map_err(|e| e.to_string())?;
+        let program = bounds::with_stack(|| ENV.compile(source)).map_err(|e| e.to_string())?;
         let functions = program
             .references()
             .functions()
@@ -134,7 +145,7 @@ impl Expr {
     }
 
     pub(crate) fn eval_bool(&self, ctx: &Context) -> Outcome {
-        match self.program.execute(ctx) {
+        match bounds::with_stack(|| self.program.execute(ctx)) {
             Ok(cel::Value::Bool(true)) => Outcome::True,
             Ok(cel::Value::Bool(false)) => Outcome::False,
             Ok(other) => Outcome::Error(format!("gave a {}, not a bool", other.type_of())),
@@ -149,7 +160,7 @@ impl Expr {
     }
 
     pub(crate) fn eval_string(&self, ctx: &Context) -> Option<String> {
-        match self.program.execute(ctx) {
+        match bounds::with_stack(|| self.program.execute(ctx)) {
             Ok(cel::Value::String(s)) => Some(s.as_str().to_owned()),
             _ => None,
         }

@@ -277,6 +277,12 @@ impl CompiledRule {
         }
         let compile = |field: ExprField, text: Option<&str>| -> Result<Option<Expr>, RuleError> {
             text.map(|text| {
+                crate::bounds::check(text).map_err(|over| RuleError::Limit {
+                    source_name: origin.to_string(),
+                    kind: selector.to_string(),
+                    field,
+                    over: over.to_string(),
+                })?;
                 Expr::compile(text).map_err(|message| RuleError::Compile {
                     source_name: origin.to_string(),
                     kind: selector.to_string(),

@@ -133,3 +133,73 @@ fn an_unknown_field_of_a_rule_is_refused_naming_the_file() {
         "{error}"
     );
 }
+
+/// The reader's error for a `package.json` rule whose `field` is `text`,
+/// read on a thread with a 1 MiB stack (half a tokio worker's): a rule the
+/// `cel` crate would recurse on too deeply aborts this binary instead.
+fn refused_on_a_small_stack(field: &str, text: String) -> String {
+    let field = field.to_owned();
+    std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            let rule = json!([{"group": "example.com", "kind": "Widget", field: text}]);
+            let store = Store::new("[]", &rule.to_string());
+            match store.read() {
+                Ok(_) => panic!("the rule was accepted"),
+                Err(e) => e.to_string(),
+            }
+        })
+        .expect("spawn")
+        .join()
+        .expect("the reader panicked")
+}
+
+#[test]
+fn a_rule_over_a_cel_limit_is_refused_naming_file_rule_and_limit() {
+    let prefix = "packages/web/package.json health[0]: health rule for Widget.example.com: ";
+    let cases = [
+        (
+            "current",
+            format!("1{} == 0", "+1".repeat(20_000)),
+            "current is refused: it is 40006 bytes long, over the limit of 4096",
+        ),
+        (
+            "failed",
+            format!("self{} == 0", ".a".repeat(2_000)),
+            "failed is refused: it is more than 128 operators",
+        ),
+        (
+            "inProgress",
+            format!("false{}", "||false".repeat(500)),
+            "inProgress is refused: it is more than 128 operators",
+        ),
+        (
+            "current",
+            format!("{}true{}", "(".repeat(200), ")".repeat(200)),
+            "current is refused: it is nested more than 24 deep",
+        ),
+        (
+            "current",
+            format!("size({}1{}) > 0", "[".repeat(200), "]".repeat(200)),
+            "current is refused: it is nested more than 24 deep",
+        ),
+    ];
+    for (field, text, words) in cases {
+        let error = refused_on_a_small_stack(field, text);
+        assert!(error.starts_with(&format!("{prefix}{words}")), "{error}");
+    }
+}
+
+#[test]
+fn ten_nested_comprehensions_are_refused_by_their_estimated_cost() {
+    let mut text = "x0 > 0".to_owned();
+    for i in 0..10 {
+        text = format!("[1,2,3,4,5,6,7,8,9,10].all(x{i}, {text})");
+    }
+    let error = refused_on_a_small_stack("current", text);
+    assert_eq!(
+        error,
+        "packages/web/package.json health[0]: health rule for Widget.example.com: current is refused: \
+         it is estimated cost over the limit of 1000000 (each comprehension counts 64 items)"
+    );
+}
