@@ -577,8 +577,9 @@ async fn planted_claim(team_b_reads_everywhere: bool) {
 /// The same decoy, met by the CLI: `kix deploy` of team-b (acting as its
 /// account, which may list ConfigMaps everywhere but delete only in team-b)
 /// neither prunes nor fails on it, the plan saying why it is left; `kix
-/// status` does not count it as team-b's. A decoy claiming a record that
-/// does not exist is left the same way.
+/// status` does not count it as team-b's, and `kix gc` retiring the record
+/// it claims leaves it. A decoy claiming a record that does not exist is
+/// left the same way.
 #[tokio::test]
 async fn the_cli_leaves_an_object_that_claims_a_record_it_is_not_in() {
     let platform = Platform::start();
@@ -616,4 +617,23 @@ async fn the_cli_leaves_an_object_that_claims_a_record_it_is_not_in() {
         run.stdout.contains("objects: 1 Ready, 0 Progressing"),
         "team-b has one object: {run}"
     );
+
+    // gc retires team-b-1, which the decoy claims: the decoy is left.
+    let run = common::run(
+        platform
+            .kix()
+            .args(["gc", "team-b", "--keep", "0", "--yes"]),
+    );
+    assert_eq!(run.code, Some(0), "kix gc: {run}");
+    assert!(
+        run.to_string()
+            .contains("ConfigMap team-a/decoy left as it is"),
+        "gc says why it leaves the decoy: {run}"
+    );
+    assert_eq!(
+        platform.phase("team-b-1").await,
+        None,
+        "team-b-1 retired: {run}"
+    );
+    assert_decoy_untouched(&platform, "team-b-1,team-b-7");
 }

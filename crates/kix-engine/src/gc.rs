@@ -449,6 +449,7 @@ pub async fn plan(
     let retired: BTreeSet<&str> = selection.retired.iter().map(|r| r.name.as_str()).collect();
     let existing: BTreeSet<String> = all.iter().map(|r| r.name_any()).collect();
     let clusters = activation_clusters(&all);
+    let paths = crate::claims::record_paths(&all);
     let mut notes = Vec::new();
 
     // Kept records, current first, then newest first: the builds that still
@@ -503,6 +504,16 @@ pub async fn plan(
             .filter(|a| retired.contains(a.as_str()) || !existing.contains(*a))
             .collect();
         if !gone.iter().any(|a| retired.contains(a.as_str())) {
+            continue;
+        }
+        // Anyone who may write the object may write its claim: it is the
+        // retired records' only when one of their builds has it.
+        if !gone.iter().any(|a| crate::claims::holds(a, &l.key, &paths)) {
+            notes.push(format!(
+                "{} left as it is: {}",
+                l.key,
+                crate::claims::unfounded_note(&gone.iter().copied().collect::<Vec<_>>())
+            ));
             continue;
         }
         let remaining: BTreeSet<String> = l
