@@ -34,7 +34,7 @@ use crate::fast_yaml;
 use crate::published::drop_server_set;
 use crate::scalar::kubectl_number;
 use crate::value::CompactValue;
-use crate::yaml::{Budget, YamlDocument, parse_chunk};
+use crate::yaml::{Budget, MAX_FILE_NODES, YamlDocument, parse_chunk, too_many_nodes};
 
 /// How far kubectl looks for the `{` that makes a file a JSON stream.
 const JSON_SNIFF_BYTES: usize = 4096;
@@ -180,8 +180,14 @@ fn read_json_stream(text: &str, fast: bool) -> Result<Vec<Document>, DecodeError
     // Lines counted up to an offset, carried forward: counting from the
     // start for each object made a stream of many objects quadratic.
     let mut lines: (usize, u32) = (0, 1);
+    let mut nodes_left = MAX_FILE_NODES;
     loop {
         let start = end + (text[end..].len() - text[end..].trim_start().len());
+        if let Some(line) = count_json_nodes(&text[start..], &mut nodes_left) {
+            let before = line_at(&text[lines.0..start], usize::MAX) - 1;
+            let line = lines.1.saturating_add(before).saturating_add(line - 1);
+            return Err(DecodeError::at(line, too_many_nodes()));
+        }
         match values.next() {
             None => return Ok(documents),
             Some(Ok(CompactValue(value))) => {
@@ -228,6 +234,95 @@ fn read_json_stream(text: &str, fast: bool) -> Result<Vec<Document>, DecodeError
     }
 }
 
+/// Counts the nodes of the JSON value that `text` starts with against
+/// `left`, before it is built: the line (in `text`) where they pass
+/// [`MAX_FILE_NODES`], if they do. What is not JSON is left to the reader.
+fn count_json_nodes(text: &str, left: &mut usize) -> Option<u32> {
+    use serde::de::DeserializeSeed;
+    let mut counter = JsonNodes { left, over: false };
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    match (&mut counter).deserialize(&mut deserializer) {
+        Err(error) if counter.over => Some(u32::try_from(error.line()).unwrap_or(u32::MAX)),
+        _ => None,
+    }
+}
+
+/// Counts a JSON value's nodes (keys included) without building it.
+struct JsonNodes<'a> {
+    left: &'a mut usize,
+    over: bool,
+}
+
+impl JsonNodes<'_> {
+    fn take<E: serde::de::Error>(&mut self) -> Result<(), E> {
+        match self.left.checked_sub(1) {
+            Some(left) => {
+                *self.left = left;
+                Ok(())
+            }
+            None => {
+                self.over = true;
+                Err(E::custom("too many nodes"))
+            }
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for &mut JsonNodes<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for &mut JsonNodes<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        self.take()?;
+        while items.next_element_seed(&mut *self)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut entries: A) -> Result<(), A::Error> {
+        self.take()?;
+        while entries.next_key::<serde::de::IgnoredAny>()?.is_some() {
+            self.take()?;
+            entries.next_value_seed(&mut *self)?;
+        }
+        Ok(())
+    }
+}
+
 /// White space up to and including the first line break dropped; `None`
 /// when only white space is left.
 fn skip_to_yaml(text: &str) -> Option<&str> {
@@ -271,7 +366,9 @@ fn read_yaml(text: &str, first_line: u32, fast: bool) -> Result<Vec<Document>, D
     }
     let mut documents = Vec::new();
     let mut budget = Budget::for_file(text.len());
-    for chunk in chunks(text, first_line)? {
+    // Each chunk read as it is cut, as kubectl does: a copy of all of
+    // them held the file twice.
+    chunks(text, first_line, &mut |chunk| {
         let parsed = parse_chunk(&chunk.text, chunk.first_line, &mut budget)
             .map_err(|e| DecodeError::at(e.line, e.message))?;
         if let Some(YamlDocument {
@@ -286,7 +383,8 @@ fn read_yaml(text: &str, first_line: u32, fast: bool) -> Result<Vec<Document>, D
                 item_lines,
             });
         }
-    }
+        Ok(())
+    })?;
     Ok(documents)
 }
 
@@ -308,25 +406,25 @@ struct Chunk {
 /// Cuts YAML text as kubectl's YAML reader does: lines end at LF (a CR
 /// before it is dropped); a line starting with `---` that has only white
 /// space or a comment after it ends a chunk (and starts the next one when
-/// no content came before it).
-fn chunks(text: &str, first_line: u32) -> Result<Vec<Chunk>, DecodeError> {
+/// no content came before it). Gives each chunk to `each` as it is cut.
+fn chunks(
+    text: &str,
+    first_line: u32,
+    each: &mut dyn FnMut(Chunk) -> Result<(), DecodeError>,
+) -> Result<(), DecodeError> {
     check_characters(text, first_line)?;
-    let mut chunks = Vec::new();
     let mut current = String::new();
     let mut current_line = first_line;
     let body = text.strip_suffix('\n');
     let ends_with_break = body.is_some();
-    let lines: Vec<&str> = match body {
-        Some(body) => body.split('\n').collect(),
-        None if text.is_empty() => Vec::new(),
-        None => text.split('\n').collect(),
-    };
-    let count = lines.len();
+    // One at a time: a Vec of lines took 256 MB for 16 Mi line breaks.
+    let lines = (!text.is_empty()).then(|| body.unwrap_or(text).split('\n'));
+    let mut lines = lines.into_iter().flatten().enumerate().peekable();
     // Whether a document has content since the last `---` or `...`.
     let mut content = false;
-    for (i, raw) in lines.into_iter().enumerate() {
+    while let Some((i, raw)) = lines.next() {
         let line_no = first_line.saturating_add(u32::try_from(i).unwrap_or(u32::MAX));
-        let has_break = i + 1 < count || ends_with_break;
+        let has_break = lines.peek().is_some() || ends_with_break;
         let line = if has_break {
             raw.strip_suffix('\r').unwrap_or(raw)
         } else {
@@ -364,10 +462,10 @@ fn chunks(text: &str, first_line: u32) -> Result<Vec<Chunk>, DecodeError> {
                 ));
             }
             if !current.is_empty() {
-                chunks.push(Chunk {
+                each(Chunk {
                     text: std::mem::take(&mut current),
                     first_line: current_line,
-                });
+                })?;
                 current_line = line_no + 1;
                 continue;
             }
@@ -377,12 +475,12 @@ fn chunks(text: &str, first_line: u32) -> Result<Vec<Chunk>, DecodeError> {
         current.push('\n');
     }
     if !current.is_empty() {
-        chunks.push(Chunk {
+        each(Chunk {
             text: current,
             first_line: current_line,
-        });
+        })?;
     }
-    Ok(chunks)
+    Ok(())
 }
 
 /// Characters the YAML 1.1 reader of kubectl takes differently from a YAML
@@ -682,12 +780,17 @@ fn check_owner_references(v: &Value) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    fn cut(text: &str) -> Result<Vec<(u32, String)>, DecodeError> {
+        let mut out = Vec::new();
+        chunks(text, 1, &mut |c| {
+            out.push((c.first_line, c.text));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
     fn texts(text: &str) -> Vec<(u32, String)> {
-        chunks(text, 1)
-            .expect("chunks")
-            .into_iter()
-            .map(|c| (c.first_line, c.text))
-            .collect()
+        cut(text).expect("chunks")
     }
 
     #[test]
@@ -700,7 +803,7 @@ mod tests {
             texts("---\na: 1\n---\n---\nb: 2\n"),
             [(1, "---\na: 1\n".to_owned()), (4, "---\nb: 2\n".to_owned())]
         );
-        assert!(chunks("a: 1\n--- b: 2\n", 1).is_err());
-        assert!(chunks("a: 1\n----\n", 1).is_err());
+        assert!(cut("a: 1\n--- b: 2\n").is_err());
+        assert!(cut("a: 1\n----\n").is_err());
     }
 }

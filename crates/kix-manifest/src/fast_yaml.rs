@@ -30,13 +30,21 @@ const MAX_DEPTH: usize = 64;
 /// Most documents read here (a bound on work); empty documents count, so
 /// the fast path counts markers.
 const MAX_DOCUMENTS: usize = 100_000;
+/// Most lines and nodes read here (a bound on memory: a line takes 24
+/// bytes, a node about 80); past them the full reader counts the nodes
+/// exactly and refuses the file past `yaml::MAX_FILE_NODES`.
+const MAX_LINES: usize = 1_000_000;
+const MAX_NODES: usize = crate::yaml::MAX_FILE_NODES;
+/// Longest one-line flow collection read here (`[a, b]`, `{}`): a longer
+/// one is left to the full reader, which counts its nodes as it goes.
+const MAX_FLOW_BYTES: usize = 64 * 1024;
 /// YAML limits implicit keys to 1,024 characters; stay well below.
 const MAX_KEY_LEN: usize = 512;
 
 /// The documents of `text`, empty documents skipped, as the full reader would
 /// return them; `None` when the text needs the full parser.
 pub(crate) fn parse(text: &str) -> Option<Vec<Value>> {
-    if !characters_are_plain(text) {
+    if !characters_are_plain(text) || text.bytes().filter(|&b| b == b'\n').count() >= MAX_LINES {
         return None;
     }
     let lines: Vec<Line<'_>> = text.split('\n').map(Line::new).collect();
@@ -44,6 +52,7 @@ pub(crate) fn parse(text: &str) -> Option<Vec<Value>> {
         lines,
         pos: 0,
         depth: 0,
+        nodes: 0,
     };
     let mut documents = Vec::new();
     let mut markers = 0;
@@ -134,6 +143,8 @@ struct Reader<'a> {
     lines: Vec<Line<'a>>,
     pos: usize,
     depth: usize,
+    /// Nodes read, keys included (at most [`MAX_NODES`]).
+    nodes: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -170,6 +181,12 @@ impl<'a> Reader<'a> {
         Some(())
     }
 
+    /// Counts `nodes` more; `None` past [`MAX_NODES`].
+    fn count(&mut self, nodes: usize) -> Option<()> {
+        self.nodes += nodes;
+        (self.nodes <= MAX_NODES).then_some(())
+    }
+
     fn enter(&mut self) -> Option<()> {
         self.depth += 1;
         (self.depth <= MAX_DEPTH).then_some(())
@@ -192,6 +209,7 @@ impl<'a> Reader<'a> {
                 break;
             }
             let (key, rest) = split_key(line.text)?;
+            self.count(2)?;
             self.pos += 1;
             let value = self.value_after_key(indent, rest)?;
             entries.push((key, value));
@@ -224,6 +242,11 @@ impl<'a> Reader<'a> {
         match text.as_bytes()[0] {
             b'|' => self.literal_block(parent_indent, text),
             b'{' | b'[' => {
+                // At most one node per two bytes (`[]`, `0,`).
+                if text.len() > MAX_FLOW_BYTES {
+                    return None;
+                }
+                self.count(text.len() / 2)?;
                 let (value, rest) = flow_value(text, self.depth)?;
                 is_empty_or_comment(rest).then_some(value)
             }
@@ -262,6 +285,7 @@ impl<'a> Reader<'a> {
             if !(line.text.starts_with("- ") || line.text == "-") {
                 break;
             }
+            self.count(1)?;
             let after_dash = &line.text[1..];
             let content = after_dash.trim_start_matches(' ');
             if is_empty_or_comment(after_dash) {

@@ -94,8 +94,11 @@ pub struct ReadOptions {
     /// files). Default 16 MiB; `kix.json` and `package.json` at most
     /// [`MAX_METADATA_FILE_BYTES`]. Within a file, YAML aliases may add at
     /// most a share of the file's own nodes and its length in bytes (see
-    /// `yaml.rs`), and nesting is at most 128 levels deep, so the memory a
-    /// file takes is bounded by its size.
+    /// `yaml.rs`), nesting is at most 128 levels deep, and a file holds at
+    /// most 500,000 nodes (values, keys, items, all its documents
+    /// together; counted before they are built), so the memory a file takes
+    /// is bounded: a file of tiny values at this limit is refused, naming
+    /// its line, well under 100 MB.
     pub max_file_bytes: u64,
     /// Largest object, measured as compact JSON. Default 1 MiB (etcd's
     /// default request limit is 1.5 MiB).

@@ -20,7 +20,9 @@
 //!   counted while the document is read, before a value is copied, per
 //!   document and per file ([`Budget`]): a "billion laughs" stops after a
 //!   few hundred nodes, and what any file may expand to is bounded by its
-//!   size (nesting: [`MAX_DEPTH`] levels).
+//!   size (nesting: [`MAX_DEPTH`] levels);
+//! * a file of more than [`MAX_FILE_NODES`] nodes, counted as they are
+//!   read, before their values are built.
 
 use std::collections::{HashMap, HashSet};
 
@@ -194,6 +196,23 @@ const ALIAS_BYTES_FREE: usize = 1024 * 1024;
 const ALIAS_NODES_PER_FILE_BYTES: usize = 2;
 const ALIAS_NODES_FILE_MAX: usize = 500_000;
 
+/// Most nodes (values, keys, items; aliases as what they expand to) read
+/// from one file, all its documents together. A file of tiny values
+/// (`[[],[],...]`, a stream of `{}`) at the 16 MiB file limit holds
+/// millions of them, about 80 bytes each once built (446 MB); this bounds
+/// what any file may take to about 40 MB of values. The largest real
+/// manifests hold far fewer: argo-cd's install.yaml (1.9 MB, the largest
+/// file of kix's corpora) has 63,548 nodes, a CRD bundle under 20,000.
+pub(crate) const MAX_FILE_NODES: usize = 500_000;
+
+/// The message of a file refused by [`MAX_FILE_NODES`].
+pub(crate) fn too_many_nodes() -> String {
+    format!(
+        "more than {MAX_FILE_NODES} values, keys and items in one file, more than kix reads \
+         from a file (the largest real manifests have under 70,000): split the file"
+    )
+}
+
 /// What aliases may add to a document (or a file, whose documents share
 /// one) while it is read, and what they have added. An anchor's value is
 /// kept (copied) only when an alias names it, and the copy is charged at
@@ -210,6 +229,8 @@ pub(crate) struct Budget {
     /// anchors that no alias has named yet.
     nodes: usize,
     bytes: usize,
+    /// Of a file: every node read in it ([`MAX_FILE_NODES`]).
+    read: usize,
 }
 
 impl Budget {
@@ -225,6 +246,7 @@ impl Budget {
             max_bytes: len.saturating_add(ALIAS_BYTES_FREE),
             nodes: 0,
             bytes: 0,
+            read: 0,
         }
     }
 
@@ -425,7 +447,7 @@ impl<'a> Composer<'a, '_> {
     /// The value of the node that starts with `event`. `root`: the
     /// document's top node, whose `items` lines are recorded.
     fn node(&mut self, event: Event<'a>, span: Span, root: bool) -> Result<Value, YamlError> {
-        self.nodes += 1;
+        self.count(1, &span)?;
         match event {
             Event::Scalar(text, style, anchor, tag) => {
                 if let Some(tag) = tag {
@@ -491,6 +513,7 @@ impl<'a> Composer<'a, '_> {
             }
             Event::Alias(id) => {
                 self.nodes -= 1;
+                self.file.read -= 1;
                 if !self.ends_anchor(&span) {
                     return Err(self.error(&span, ALIAS_END));
                 }
@@ -620,11 +643,22 @@ impl<'a> Composer<'a, '_> {
         } else if let Some(message) = self.charge(nodes, bytes) {
             return Err(self.error(span, message));
         }
+        self.count(nodes, span)?;
         let value = self.anchors[&id].value.clone();
-        self.nodes += nodes;
         self.aliased_nodes += nodes;
         self.bytes += bytes;
         Ok(value)
+    }
+
+    /// Counts `nodes` more read in the file, refused past
+    /// [`MAX_FILE_NODES`] (before their values are built).
+    fn count(&mut self, nodes: usize, span: &Span) -> Result<(), YamlError> {
+        self.nodes += nodes;
+        self.file.read = self.file.read.saturating_add(nodes);
+        if self.file.read > MAX_FILE_NODES {
+            return Err(self.error(span, too_many_nodes()));
+        }
+        Ok(())
     }
 
     /// Charges the document's budget and the file's.
@@ -703,7 +737,7 @@ impl<'a> Composer<'a, '_> {
                         && matches!(event, Event::SequenceStart(_, 0, None))
                     {
                         // The items of a List: their lines serve errors.
-                        self.nodes += 1;
+                        self.count(1, &value_span)?;
                         self.sequence(&value_span, true)?
                     } else {
                         self.node(event, value_span, false)?
@@ -731,7 +765,7 @@ impl<'a> Composer<'a, '_> {
 
     /// A mapping key: a string, or `<<`.
     fn key(&mut self, event: Event<'a>, span: &Span) -> Result<Key, YamlError> {
-        self.nodes += 1;
+        self.count(1, span)?;
         match event {
             Event::Scalar(text, style, anchor, tag) => {
                 if let Some(tag) = tag {

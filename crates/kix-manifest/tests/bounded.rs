@@ -287,7 +287,8 @@ fn many_documents_each_within_its_budget_do_not_add_up_past_the_files() {
         "a file may repeat at most its own length and 1 MiB",
     );
     // Each document's aliases add 90 nodes (under the 100 a document may
-    // add freely): 30,000 of them held 2.7 million nodes.
+    // add freely): 30,000 of them held 2.7 million nodes. The file's node
+    // limit, which counts aliases as what they expand to, comes first.
     let chunk = format!(
         "a: &a [~, ~, ~, ~, ~, ~, ~, ~, ~]\nb: [{}]\n---\n",
         ["*a"; 10].join(", ")
@@ -296,7 +297,7 @@ fn many_documents_each_within_its_budget_do_not_add_up_past_the_files() {
         "many documents of aliases",
         "nodes.yaml",
         chunk.repeat(30_000).as_bytes(),
-        "more than kix reads in a file of this length",
+        "more than 500000 values, keys and items in one file",
     );
 }
 
@@ -507,4 +508,132 @@ fn what_kubectl_reads_with_aliases_still_reads() {
     store.write("packages/app/resources/ok.yaml", documents.as_bytes());
     let (read, _) = store.read("merged defaults in fifty documents");
     assert_eq!(read, Ok(50));
+}
+
+/// Just under the file size limit (16 MiB), so the file is read, not
+/// refused for its size.
+const NEAR_LIMIT: usize = 16_000_000;
+
+/// `head`, then `item` repeated (joined by `sep`) up to [`NEAR_LIMIT`],
+/// then `tail`.
+fn filled(head: &str, item: &str, sep: &str, tail: &str) -> String {
+    let count = (NEAR_LIMIT - head.len() - tail.len()) / (item.len() + sep.len());
+    let mut text = String::with_capacity(NEAR_LIMIT);
+    text.push_str(head);
+    for i in 0..count {
+        if i > 0 {
+            text.push_str(sep);
+        }
+        text.push_str(item);
+    }
+    text.push_str(tail);
+    text
+}
+
+/// Block mapping entries `k<i>: 0`, one a line, up to [`NEAR_LIMIT`].
+fn block_entries(head: &str, indent: &str) -> String {
+    let mut text = String::from(head);
+    let mut i = 0;
+    while text.len() < NEAR_LIMIT - 32 {
+        writeln!(text, "{indent}k{i}: 0").expect("write");
+        i += 1;
+    }
+    text
+}
+
+const TOO_MANY: &str = "values, keys and items in one file";
+
+#[test]
+fn a_file_of_millions_of_tiny_values_is_refused_naming_the_file_and_line() {
+    // Each took hundreds of MB (446 MB for tiny flow values) and tens of
+    // seconds before the object was refused as too large.
+    let cases = [
+        (
+            "tiny flow values",
+            "flow.yaml",
+            filled(&format!("{CM}x: ["), "[]", ",", "]\n"),
+        ),
+        (
+            "tiny block items",
+            "items.yaml",
+            filled(&format!("{CM}x:\n"), "- []", "\n", "\n"),
+        ),
+        (
+            "tiny block entries",
+            "entries.yaml",
+            block_entries(&format!("{CM}data:\n"), "  "),
+        ),
+        (
+            "a JSON value of tiny values",
+            "value.json",
+            filled(
+                "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"cm\"},\"x\":[",
+                "[]",
+                ",",
+                "]}",
+            ),
+        ),
+        (
+            "a JSON stream of tiny objects",
+            "stream.json",
+            filled("", "{}", "\n", "\n"),
+        ),
+        (
+            "a List of tiny items",
+            "list.yaml",
+            filled("apiVersion: v1\nkind: List\nitems:\n", "- {}", "\n", "\n"),
+        ),
+        (
+            "a JSON List of tiny items",
+            "list.json",
+            filled("{\"kind\":\"List\",\"items\":[", "{}", ",", "]}"),
+        ),
+    ];
+    for (what, name, text) in cases {
+        assert!(text.len() <= NEAR_LIMIT, "{what}: {}", text.len());
+        let error = refused(what, name, text.as_bytes(), TOO_MANY);
+        assert!(error.contains(": line "), "{what}: {error}");
+    }
+}
+
+#[test]
+fn tiny_values_in_many_documents_add_up_in_the_file() {
+    // Each document small, the file's total counted.
+    let chunk = format!("{CM}x: [[],[],[],[],[],[],[],[],[],[]]\n---\n");
+    let text = chunk.repeat(NEAR_LIMIT / chunk.len());
+    refused(
+        "documents of tiny values",
+        "docs.yaml",
+        text.as_bytes(),
+        TOO_MANY,
+    );
+    // Lines without nodes: read in bounded memory too.
+    let blank = format!("{CM}{}", "\n".repeat(NEAR_LIMIT - CM.len()));
+    let store = Store::new();
+    store.write("packages/app/resources/blank.yaml", blank.as_bytes());
+    assert_eq!(store.read("16 M blank lines").0, Ok(1));
+}
+
+#[test]
+fn an_encrypted_file_of_tiny_values_is_refused_naming_the_file() {
+    for (what, name, text) in [
+        (
+            "sops YAML of tiny values",
+            "db.yaml",
+            filled("x: [", "[]", ",", "]\nsops:\n  age: []\n"),
+        ),
+        (
+            "sops JSON of tiny values",
+            "db.json",
+            filled("{\"x\":[", "[]", ",", "],\"sops\":{\"age\":[]}}"),
+        ),
+    ] {
+        let store = Store::new();
+        store.write(&format!("packages/app/secrets/{name}"), text.as_bytes());
+        let error = store.read(what).0.expect_err("refused");
+        assert!(
+            error.starts_with(&format!("packages/app/secrets/{name}: ")),
+            "{what}: {error}"
+        );
+    }
 }

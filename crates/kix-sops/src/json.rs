@@ -8,6 +8,17 @@ use crate::tree::Node;
 
 /// Deepest nesting read (serde_json's own limit is 128 as well).
 pub(crate) fn parse(bytes: &[u8]) -> Result<Vec<Node>, Reason> {
+    // Counted before the values are built, as YAML is.
+    if let Some(line) = count_nodes(bytes) {
+        return Err(Reason::Syntax {
+            format: "JSON",
+            line,
+            message: format!(
+                "more than {} values, keys and items, more than kix reads from a file",
+                crate::yaml::MAX_NODES
+            ),
+        });
+    }
     let value: Value = serde_json::from_slice(bytes).map_err(|e| Reason::Syntax {
         format: "JSON",
         line: u32::try_from(e.line()).unwrap_or(u32::MAX),
@@ -35,5 +46,96 @@ fn node(value: Value) -> Node {
         Value::String(s) => Node::Str(s),
         Value::Array(items) => Node::Seq(items.into_iter().map(node).collect()),
         Value::Object(map) => Node::Map(map.into_iter().map(|(k, v)| (k, node(v))).collect()),
+    }
+}
+
+/// The line where the nodes of the JSON value `bytes` starts with pass
+/// [`crate::yaml::MAX_NODES`], if they do; counted without building it.
+fn count_nodes(bytes: &[u8]) -> Option<u32> {
+    use serde::de::DeserializeSeed;
+    let mut counter = Nodes {
+        left: crate::yaml::MAX_NODES,
+        over: false,
+    };
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    match (&mut counter).deserialize(&mut deserializer) {
+        Err(error) if counter.over => Some(u32::try_from(error.line()).unwrap_or(u32::MAX)),
+        _ => None,
+    }
+}
+
+/// Counts a JSON value's nodes (keys included).
+struct Nodes {
+    left: usize,
+    over: bool,
+}
+
+impl Nodes {
+    fn take<E: serde::de::Error>(&mut self) -> Result<(), E> {
+        match self.left.checked_sub(1) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => {
+                self.over = true;
+                Err(E::custom("too many nodes"))
+            }
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for &mut Nodes {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for &mut Nodes {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        self.take()?;
+        while items.next_element_seed(&mut *self)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut entries: A) -> Result<(), A::Error> {
+        self.take()?;
+        while entries.next_key::<serde::de::IgnoredAny>()?.is_some() {
+            self.take()?;
+            entries.next_value_seed(&mut *self)?;
+        }
+        Ok(())
     }
 }

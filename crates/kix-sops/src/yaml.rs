@@ -19,8 +19,11 @@ use crate::tree::Node;
 const MAX_DEPTH: usize = 128;
 /// Most nodes a file may count, aliases counted as what they expand to
 /// and kept anchors once more ("billion laughs"): checked before a value is
-/// copied, so memory stays bounded.
-const MAX_NODES: usize = 1 << 20;
+/// copied, so memory stays bounded (a file of tiny values at the 16 MiB
+/// file limit holds millions). The same limit as kix-manifest's
+/// `MAX_FILE_NODES` for a resource file: an encrypted file of secrets holds
+/// a few hundred nodes; JSON counts the same way ([`crate::json`]).
+pub(crate) const MAX_NODES: usize = 500_000;
 /// Bytes of scalar text (keys and values) that aliases may repeat beyond
 /// the length of the file: one alias of a large value is one node.
 const ALIAS_BYTES_FREE: usize = 1024 * 1024;
@@ -129,7 +132,10 @@ impl<'a> Reader<'a> {
         if self.nodes > MAX_NODES {
             return Err(syntax(
                 span.start.line(),
-                "too many nodes (aliases expand too far)",
+                format!(
+                    "more than {MAX_NODES} values, keys and items (aliases counted as what they \
+                     expand to), more than kix reads from a file"
+                ),
             ));
         }
         Ok(())
