@@ -65,9 +65,50 @@ impl fmt::Display for Over {
     }
 }
 
+/// The largest cost an evaluation may have, its lists' real sizes known
+/// (see [`within_budget`]).
+pub const RUNTIME_BUDGET: u64 = 10_000_000;
+
 /// Refuses an expression over a limit, before it is parsed; else its
 /// estimated cost.
 pub fn check(text: &str) -> Result<u64, Over> {
+    scan(text, ASSUMED_LIST_SIZE, MAX_COST)
+}
+
+/// Whether an expression [`check`] accepted stays within
+/// [`RUNTIME_BUDGET`] when no list or map it iterates has more than
+/// `list_size` items: the `cel` crate has no step limit, so kix bounds an
+/// evaluation before it starts, from the object's largest collection.
+pub fn within_budget(text: &str, list_size: u64) -> bool {
+    scan(text, list_size.max(1), RUNTIME_BUDGET).is_ok()
+}
+
+/// The most items a list or map in `value` has (walked without recursion).
+pub fn largest_collection(value: &serde_json::Value) -> usize {
+    let mut largest = 0;
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        match value {
+            serde_json::Value::Array(items) => {
+                largest = largest.max(items.len());
+                stack.extend(items);
+            }
+            serde_json::Value::Object(map) => {
+                largest = largest.max(map.len());
+                stack.extend(map.values());
+            }
+            _ => {}
+        }
+    }
+    largest
+}
+
+/// The largest list or map literal `text` can write (its commas, plus one).
+pub(crate) fn largest_literal(text: &str) -> usize {
+    text.bytes().filter(|&b| b == b',').count() + 1
+}
+
+fn scan(text: &str, list_size: u64, max_cost: u64) -> Result<u64, Over> {
     if text.len() > MAX_LENGTH {
         return Err(Over::Length(text.len()));
     }
@@ -111,7 +152,7 @@ pub fn check(text: &str) -> Result<u64, Over> {
                 && last_word.is_some_and(|(s, e)| {
                     s > 0 && bytes[s - 1] == b'.' && e == i && COMPREHENSIONS.contains(&&text[s..e])
                 });
-            let factor = if comprehension { ASSUMED_LIST_SIZE } else { 1 };
+            let factor = if comprehension { list_size } else { 1 };
             frames.push(weight.saturating_mul(factor));
             i += 1;
         } else {
@@ -122,11 +163,11 @@ pub fn check(text: &str) -> Result<u64, Over> {
         }
         last_word = None;
         cost = cost.saturating_add(weight);
-        if cost > MAX_COST {
+        if cost > max_cost {
             return Err(Over::Cost);
         }
     }
-    if cost > MAX_COST {
+    if cost > max_cost {
         return Err(Over::Cost);
     }
     Ok(cost)
@@ -179,6 +220,16 @@ mod tests {
         );
         let nested = "self.a.all(x, self.a.all(y, self.a.all(z, x == y && y == z)))";
         assert_eq!(check(nested), Err(Over::Cost));
+    }
+
+    #[test]
+    fn the_runtime_budget_uses_the_real_list_sizes() {
+        let nested = "self.a.all(x, self.b.all(y, x == y))";
+        assert!(check(nested).is_ok());
+        assert!(within_budget(nested, 1_000));
+        assert!(!within_budget(nested, 10_000));
+        let object = serde_json::json!({"a": [1, 2], "b": {"c": [[1, 2, 3, 4, 5]]}});
+        assert_eq!(largest_collection(&object), 5);
     }
 
     #[test]

@@ -111,6 +111,8 @@ pub(crate) struct Expr {
     /// The functions it calls: an undeclared one is a mistake in the rule,
     /// not a field the object lacks.
     functions: BTreeSet<String>,
+    /// The most items a list or map literal of it can have.
+    pub(crate) largest_literal: usize,
 }
 
 /// What evaluating a boolean expression gave.
@@ -138,6 +140,7 @@ impl Expr {
             .map(str::to_owned)
             .collect();
         Ok(Expr {
+            largest_literal: bounds::largest_literal(source),
             source: source.to_owned(),
             program,
             functions,

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
+use crate::bounds;
 use crate::builtin;
 use crate::kstatus::{self, Health};
 use crate::rule::{Expr, ExprField, Outcome, RuleError, RuleSpec, context};
@@ -316,6 +317,9 @@ impl CompiledRule {
         if let Some(health) = kstatus::terminating_or_unobserved(obj) {
             return Some(health);
         }
+        if let Some(health) = self.over_budget(obj) {
+            return Some(health);
+        }
         let ctx = context(obj);
         let steps = [
             (ExprField::Failed, &self.failed),
@@ -348,6 +352,33 @@ impl CompiledRule {
             ExprField::Current,
             current,
         )))
+    }
+
+    /// Degraded when an expression could exceed the runtime budget over
+    /// this object's lists (the `cel` crate cannot stop an evaluation).
+    fn over_budget(&self, obj: &Value) -> Option<Health> {
+        let exprs = [
+            (ExprField::Failed, &self.failed),
+            (ExprField::InProgress, &self.in_progress),
+            (ExprField::Current, &self.current),
+            (ExprField::Message, &self.message),
+        ];
+        let mut largest = None;
+        for (field, expr) in exprs {
+            let Some(expr) = expr else { continue };
+            let items = *largest.get_or_insert_with(|| bounds::largest_collection(obj));
+            let items = items.max(expr.largest_literal);
+            if !bounds::within_budget(&expr.source, items as u64) {
+                return Some(Health::degraded(format!(
+                    "{}: health rule for {}: {field} exceeded its budget \
+                     ({} steps with lists of {items} items)",
+                    self.origin,
+                    self.selector,
+                    bounds::RUNTIME_BUDGET
+                )));
+            }
+        }
+        None
     }
 
     /// The rule's message, else the conditions (or phase) the expression

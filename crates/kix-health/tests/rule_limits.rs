@@ -158,3 +158,32 @@ fn expressions_at_the_limits_compile_and_run_on_a_small_stack() {
         );
     }
 }
+
+#[test]
+fn a_rule_too_costly_for_the_objects_lists_is_degraded_at_once() {
+    // Accepted (two nested comprehensions), but over this object's 20,000
+    // items it would take 400 million steps: the evaluation never starts.
+    let text = "status.items.all(x, status.items.exists(y, x == y))".to_owned();
+    let rules = compile_on(2 << 20, text).unwrap_or_else(|e| panic!("{e}"));
+    let items: Vec<u32> = (0..20_000).collect();
+    let widget = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                        "metadata": {"name": "w"}, "status": {"items": items}});
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || send.send(rules.judge(&widget).health));
+    let health = receive
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the rule still ran after 10 s");
+    assert_eq!(
+        health.to_string(),
+        format!(
+            "Degraded: {SOURCE}: health rule for Widget.example.com: current exceeded its budget \
+             (10000000 steps with lists of 20000 items)"
+        )
+    );
+    // The same rule over a short list is judged as usual.
+    let small = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                       "metadata": {"name": "w"}, "status": {"items": [1, 2, 3]}});
+    let text = "status.items.all(x, status.items.exists(y, x == y))".to_owned();
+    let rules = compile_on(2 << 20, text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rules.judge(&small).health, Health::Ready);
+}
