@@ -134,12 +134,35 @@ pub fn remember(path: &str, build: &Build) -> Arc<Inventory> {
 
 /// Whether the claim of the object `key` on the record `record` holds: the
 /// record exists (its store path in `paths`) and its build declares the
-/// object.
-pub fn holds(record: &str, key: &ObjectKey, paths: &BTreeMap<String, String>) -> bool {
-    paths
-        .get(record)
-        .and_then(|path| of_path(path))
-        .is_some_and(|inventory| inventory.declares(key))
+/// object; or, when that build cannot be read here (built on another
+/// machine, collected from this store), the object is namespaced and in one
+/// of `owned`, the namespaces the planning build declares. A Kix cluster
+/// owns the namespaces its build declares, so prune still removes what a
+/// build made elsewhere left there, and a claim planted in another team's
+/// namespace still does not hold.
+pub fn holds(
+    record: &str,
+    key: &ObjectKey,
+    paths: &BTreeMap<String, String>,
+    owned: &BTreeSet<String>,
+) -> bool {
+    let Some(path) = paths.get(record) else {
+        return false;
+    };
+    match of_path(path) {
+        Some(inventory) => inventory.declares(key),
+        None => key.namespace.as_ref().is_some_and(|n| owned.contains(n)),
+    }
+}
+
+/// The namespaces `build` declares: its packages' and its objects'.
+pub fn owned_namespaces(build: &Build) -> BTreeSet<String> {
+    build
+        .packages
+        .iter()
+        .filter_map(|p| p.namespace.clone())
+        .chain(build.objects().filter_map(|o| o.key.namespace.clone()))
+        .collect()
 }
 
 /// The store path of every record, by name.
@@ -155,7 +178,7 @@ pub fn record_paths(records: &[kix_api::Activation]) -> BTreeMap<String, String>
 pub fn unfounded_note(claimed: &[&String]) -> String {
     let names: Vec<&str> = claimed.iter().map(|s| s.as_str()).collect();
     format!(
-        "not this Kix cluster's: it claims {} (kix.run/activations), but no build of those records read here has it; left as it is",
+        "not this Kix cluster's: it claims {} (kix.run/activations), but no build of those records read here has it, nor is it in a namespace this build declares; left as it is",
         names.join(", ")
     )
 }
@@ -208,7 +231,28 @@ mod tests {
     fn a_claim_on_a_record_that_does_not_exist_or_cannot_be_read_does_not_hold() {
         let k = key("", "ConfigMap", Some("team-a"), "decoy");
         let paths = BTreeMap::from([("team-b-1".to_string(), "/not/a/store/path".to_string())]);
-        assert!(!holds("team-b-1", &k, &paths));
-        assert!(!holds("team-b-9", &k, &paths));
+        let owned = BTreeSet::from(["team-b".to_string()]);
+        assert!(!holds("team-b-1", &k, &paths, &owned));
+        assert!(!holds("team-b-9", &k, &paths, &owned));
+    }
+
+    #[test]
+    fn a_claim_on_a_build_made_elsewhere_holds_in_the_namespaces_the_build_declares() {
+        // The record's build is not in this store (built by another CI
+        // runner): what it left in team-b's namespaces is still team-b's.
+        let paths = BTreeMap::from([(
+            "team-b-1".to_string(),
+            "/nix/store/00000000000000000000000000000000-elsewhere".to_string(),
+        )]);
+        let owned = BTreeSet::from(["team-b".to_string()]);
+        let left = key("", "ConfigMap", Some("team-b"), "old");
+        assert!(holds("team-b-1", &left, &paths, &owned));
+        // Planted in another team's namespace, or cluster-scoped: no.
+        let decoy = key("", "ConfigMap", Some("team-a"), "decoy");
+        assert!(!holds("team-b-1", &decoy, &paths, &owned));
+        let cluster_scoped = key("rbac.authorization.k8s.io", "ClusterRole", None, "r");
+        assert!(!holds("team-b-1", &cluster_scoped, &paths, &owned));
+        // A record that does not exist proves nothing, whatever the place.
+        assert!(!holds("team-b-9", &left, &paths, &owned));
     }
 }

@@ -508,7 +508,10 @@ pub async fn plan(
         }
         // Anyone who may write the object may write its claim: it is the
         // retired records' only when one of their builds has it.
-        if !gone.iter().any(|a| crate::claims::holds(a, &l.key, &paths)) {
+        if !gone
+            .iter()
+            .any(|a| crate::claims::holds(a, &l.key, &paths, &BTreeSet::new()))
+        {
             notes.push(format!(
                 "{} left as it is: {}",
                 l.key,

@@ -126,7 +126,7 @@ pub async fn plan_prefetched(
         early,
         ..
     } = prefetched;
-    let ctx = Ctx::new(&build.cluster, &all_records, options);
+    let ctx = Ctx::new(build, &all_records, options);
     let desired = desired_objects(build, &mut resources, Shapes::Skipped).await?;
     let observed = match &options.only {
         None => {
@@ -194,6 +194,9 @@ struct Ctx {
     /// The store path of every record, by name: an object's claim on one
     /// holds when its build has the object ([`crate::claims`]).
     paths: BTreeMap<String, String>,
+    /// The namespaces the build declares: a claim on a record whose build
+    /// is not in this store holds there ([`crate::claims::holds`]).
+    owned: BTreeSet<String>,
     /// The record the deploy of this plan writes.
     activation: String,
     /// The Jobs that completed for this cluster ([`crate::health::completed`]).
@@ -201,7 +204,8 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn new(cluster: &str, all_records: &[Activation], options: &PlanOptions) -> Ctx {
+    fn new(build: &Build, all_records: &[Activation], options: &PlanOptions) -> Ctx {
+        let cluster = build.cluster.as_str();
         let activation = options.activation.clone().unwrap_or_else(|| {
             Activation::name_for(cluster, records::next_sequence(all_records, cluster))
         });
@@ -210,6 +214,7 @@ impl Ctx {
             manager: kix_api::field_manager(cluster),
             clusters: activation_clusters(all_records),
             paths: crate::claims::record_paths(all_records),
+            owned: crate::claims::owned_namespaces(build),
             activation,
             completed_jobs: crate::health::completed::of_cluster(all_records, cluster),
         }
@@ -733,7 +738,7 @@ fn dropped(l: &Live, ctx: &Ctx) -> PlannedObject {
     let claimed: Vec<&String> = l.activations.iter().filter(|a| ctx.mine(a)).collect();
     let founded = claimed
         .iter()
-        .any(|a| crate::claims::holds(a, &l.key, &ctx.paths));
+        .any(|a| crate::claims::holds(a, &l.key, &ctx.paths, &ctx.owned));
     let (action, note) = if !founded {
         (Action::Keep, Some(crate::claims::unfounded_note(&claimed)))
     } else if let Some(deletion) = &l.deletion {

@@ -267,7 +267,8 @@ impl<'a> Claims<'a> {
             .filter(|a| belongs_to(a, self.cluster, &self.clusters))
             .peekable();
         claimed.peek().is_some()
-            && (in_build || claimed.any(|a| crate::claims::holds(a, key, &self.paths)))
+            && (in_build
+                || claimed.any(|a| crate::claims::holds(a, key, &self.paths, &BTreeSet::new())))
     }
 }
 

@@ -703,3 +703,39 @@ async fn a_prune_set_too_large_for_one_etcd_request_prunes_and_the_record_stays_
     );
     kit.cleanup().await;
 }
+
+/// A build made on another machine (a CI runner) is not in this store: its
+/// record still names it. What it left in the namespaces this build
+/// declares is pruned; the claim of an object elsewhere does not hold
+/// (#43: an object's claim counts only for the Kix cluster that owns its
+/// namespace).
+#[tokio::test]
+async fn what_a_build_made_elsewhere_left_in_the_builds_namespaces_is_pruned() {
+    let kit = Kit::new("prune-elsewhere").await;
+    let first = kit
+        .deploy(&kit.simple(&[
+            configmap("keep", &[("v", "1")]),
+            configmap("gone", &[("v", "1")]),
+        ]))
+        .await;
+    let first = first.activation.expect("record");
+    // The record of a build this machine never had.
+    let api: Api<Activation> = Api::all(kit.client.clone());
+    let elsewhere = "/nix/store/00000000000000000000000000000000-built-elsewhere";
+    let moved = json!({ "spec": { "source": { "path": elsewhere } } });
+    api.patch(&first, &PatchParams::default(), &Patch::Merge(&moved))
+        .await
+        .expect("the record names a build made elsewhere");
+
+    let second = kit.simple(&[configmap("keep", &[("v", "2")])]);
+    let plan = kit.plan(&second, &prune()).await;
+    let gone = plan
+        .prune
+        .iter()
+        .find(|o| o.key.name == "gone")
+        .unwrap_or_else(|| panic!("the plan does not list `gone`: {:?}", plan.prune));
+    assert_eq!(gone.action, Action::Delete, "{gone:?}");
+    let outcome = kit.deploy(&second).await;
+    assert_eq!(outcome.pruned, 1, "{outcome:?}");
+    assert!(kit.get("v1", "ConfigMap", "gone").await.is_none(), "pruned");
+}
