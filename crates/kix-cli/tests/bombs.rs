@@ -202,6 +202,9 @@ fn kix_validate_refuses_the_bomb_naming_the_file() {
 #[tokio::test]
 async fn kix_deploy_and_the_operator_refuse_the_bomb_and_the_operator_keeps_serving() {
     let env = kix_testkit::TestEnv::new("bombs").await.expect("env");
+    // The records need kix's CRDs: installed as a platform does (on a fresh
+    // control plane no other test has).
+    common::tenancy::install_crds(&env);
     let dir = tempfile::tempdir().expect("tempdir");
     let gcroots = dir.path().join("gcroots");
     let kubeconfig = kix_testkit::kubeconfig_path();

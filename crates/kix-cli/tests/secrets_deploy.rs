@@ -14,61 +14,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::sops::{Key, encode, keygen, sops_bin_dir};
 use common::{Audited, Pkg, Run, audit_mark, records, requests_of, run, write_tree};
 use k8s_openapi::api::core::v1::{Event, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kix_testkit::TestEnv;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-
-/// Base64, as a Secret's `data` holds it.
-fn encode(text: &str) -> String {
-    let value = serde_json::to_value(k8s_openapi::ByteString(text.as_bytes().to_vec()));
-    value
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .expect("base64")
-}
-
-/// `sops`, `age-keygen`: `$KIX_SOPS_BIN_DIR`, else checks/build-sops-age.
-fn sops_bin_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("KIX_SOPS_BIN_DIR") {
-        return PathBuf::from(dir);
-    }
-    let script = kix_testkit::repo_root().join("checks/build-sops-age");
-    let out = Command::new(&script).output();
-    match out {
-        Ok(out) if out.status.success() => {
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        }
-        other => panic!(
-            "this test needs the real sops and age: run `checks/build-sops-age` and export \
-             KIX_SOPS_BIN_DIR=<the directory it prints> (running it failed: {other:?})"
-        ),
-    }
-}
-
-/// An age key from `age-keygen`: its file and recipient.
-struct Key {
-    file: PathBuf,
-    recipient: String,
-}
-
-fn keygen(dir: &Path, name: &str) -> Key {
-    let file = dir.join(format!("{name}.key"));
-    let out = Command::new(sops_bin_dir().join("age-keygen"))
-        .arg("-o")
-        .arg(&file)
-        .output()
-        .expect("age-keygen runs");
-    assert!(out.status.success(), "age-keygen: {out:?}");
-    let text = std::fs::read_to_string(&file).expect("key file");
-    let recipient = text
-        .lines()
-        .find_map(|l| l.strip_prefix("# public key: "))
-        .expect("public key")
-        .to_owned();
-    Key { file, recipient }
-}
 
 /// `sops encrypt` of a Secret `db` with `password` and `token` to `to`.
 fn encrypted_secret(dir: &Path, password: &str, token: &str, to: &[&Key]) -> Vec<u8> {
@@ -216,8 +167,8 @@ async fn encrypted_secrets_deploy_without_plaintext_anywhere() {
     let dir = scratch.path();
     let admin = Admin::new(&env, dir).await;
     let cp_dir = kix_testkit::control_plane_dir();
-    let key = keygen(dir, "deployer");
-    let other = keygen(dir, "other");
+    let key = keygen(dir, "deployer.key");
+    let other = keygen(dir, "other.key");
     let unique = kix_testkit::unique_name("v");
     let (password, token) = (format!("pw-one-{unique}"), format!("tok-one-{unique}"));
     let plain = vec![
@@ -432,6 +383,9 @@ fn start_operator(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_decrypts_with_its_key_and_refuses_without_one() {
     let env = TestEnv::new("secrets-op").await.expect("control plane");
+    // kix deploy --operator needs kix's CRDs: installed as a platform does
+    // (on a fresh control plane no other test has).
+    common::tenancy::install_crds(&env);
     let scratch = tempfile::tempdir().expect("tempdir");
     let dir = scratch.path();
     let operator_user = Admin::new(&env, dir).await;
@@ -439,7 +393,7 @@ async fn the_operator_decrypts_with_its_key_and_refuses_without_one() {
     std::fs::create_dir_all(&deployer_dir).expect("mkdir");
     let deployer = Admin::new(&env, &deployer_dir).await;
     let cp_dir = kix_testkit::control_plane_dir();
-    let key = keygen(dir, "operator");
+    let key = keygen(dir, "operator.key");
     let unique = kix_testkit::unique_name("v");
     let (password, token) = (format!("op-pw-{unique}"), format!("op-tok-{unique}"));
     let plain = vec![
@@ -562,7 +516,7 @@ async fn the_operator_decrypts_with_its_key_and_refuses_without_one() {
 
     // A wrong key: the record fails naming the file's recipients; no object
     // is written.
-    let wrong = keygen(dir, "wrong");
+    let wrong = keygen(dir, "wrong.key");
     let log = dir.join("operator-wrong.log");
     let operator = start_operator(
         &operator_user,

@@ -17,59 +17,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::sops::{Key, encode, keygen, sops_bin_dir};
 use common::{Pkg, Run, records, run, write_tree};
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kix_testkit::TestEnv;
 use kube::api::{Api, ListParams};
-
-/// Base64, as a Secret's `data` holds it.
-fn encode(text: &str) -> String {
-    let value = serde_json::to_value(k8s_openapi::ByteString(text.as_bytes().to_vec()));
-    value
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .expect("base64")
-}
-
-/// `sops`, `age-keygen`: `$KIX_SOPS_BIN_DIR`, else checks/build-sops-age.
-fn sops_bin_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("KIX_SOPS_BIN_DIR") {
-        return PathBuf::from(dir);
-    }
-    let script = kix_testkit::repo_root().join("checks/build-sops-age");
-    match Command::new(&script).output() {
-        Ok(out) if out.status.success() => {
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        }
-        other => panic!(
-            "this test needs the real sops and age: run `checks/build-sops-age` and export \
-             KIX_SOPS_BIN_DIR=<the directory it prints> (running it failed: {other:?})"
-        ),
-    }
-}
-
-/// An age key from `age-keygen`: its file and recipient.
-struct Key {
-    file: PathBuf,
-    recipient: String,
-}
-
-fn keygen(dir: &Path) -> Key {
-    let file = dir.join("test.key");
-    let out = Command::new(sops_bin_dir().join("age-keygen"))
-        .arg("-o")
-        .arg(&file)
-        .output()
-        .expect("age-keygen runs");
-    assert!(out.status.success(), "age-keygen: {out:?}");
-    let text = std::fs::read_to_string(&file).expect("key file");
-    let recipient = text
-        .lines()
-        .find_map(|l| l.strip_prefix("# public key: "))
-        .expect("public key")
-        .to_owned();
-    Key { file, recipient }
-}
 
 /// The probe values of one version of the Secret: each is put in one place.
 struct Probes {
@@ -220,7 +172,7 @@ async fn decrypted_values_are_redacted_wherever_the_cli_shows_them() {
     let env = TestEnv::new("redact").await.expect("control plane");
     let scratch = tempfile::tempdir().expect("tempdir");
     let dir = scratch.path();
-    let key = keygen(dir);
+    let key = keygen(dir, "test.key");
     let (v1, v2) = (Probes::new("v1"), Probes::new("v2"));
     let mut all = v1.texts();
     all.extend(v2.texts());
@@ -390,9 +342,12 @@ fn start_operator(env: &TestEnv, scratch: &Path, key: &Key, log: &Path) -> commo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decrypted_values_are_redacted_in_what_the_operator_writes() {
     let env = TestEnv::new("redact-op").await.expect("control plane");
+    // kix deploy --operator needs kix's CRDs: installed as a platform does
+    // (on a fresh control plane no other test has).
+    common::tenancy::install_crds(&env);
     let scratch = tempfile::tempdir().expect("tempdir");
     let dir = scratch.path();
-    let key = keygen(dir);
+    let key = keygen(dir, "test.key");
     let operator = start_operator(&env, dir, &key, &dir.join("operator.log"));
     let (v1, v2) = (Probes::new("v1"), Probes::new("v2"));
     let mut all = v1.texts();

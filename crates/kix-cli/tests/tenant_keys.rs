@@ -11,56 +11,17 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use common::sops::{Key, keygen, sops_bin_dir};
 use common::{Operator, Pkg, Run, records, run, write_tree};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
 use kix_testkit::TestEnv;
 use kube::api::{Api, ListParams};
 
 const FILE: &str = "packages/app/secrets/000-db.sops.yaml";
-
-/// `sops`, `age-keygen`: `$KIX_SOPS_BIN_DIR`, else checks/build-sops-age.
-fn sops_bin_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("KIX_SOPS_BIN_DIR") {
-        return PathBuf::from(dir);
-    }
-    let out = Command::new(kix_testkit::repo_root().join("checks/build-sops-age")).output();
-    match out {
-        Ok(out) if out.status.success() => {
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        }
-        other => panic!(
-            "this test needs the real sops and age: run `checks/build-sops-age` and export \
-             KIX_SOPS_BIN_DIR=<the directory it prints> (running it failed: {other:?})"
-        ),
-    }
-}
-
-/// An age key from `age-keygen`: its file and recipient.
-struct Key {
-    file: PathBuf,
-    recipient: String,
-}
-
-fn keygen(dir: &Path, name: &str) -> Key {
-    let file = dir.join(format!("{name}.txt"));
-    let out = Command::new(sops_bin_dir().join("age-keygen"))
-        .arg("-o")
-        .arg(&file)
-        .output()
-        .expect("age-keygen runs");
-    assert!(out.status.success(), "age-keygen: {out:?}");
-    let text = std::fs::read_to_string(&file).expect("key file");
-    let recipient = text
-        .lines()
-        .find_map(|l| l.strip_prefix("# public key: "))
-        .expect("public key")
-        .to_owned();
-    Key { file, recipient }
-}
 
 /// `sops encrypt` of a Secret `db` (no namespace: it takes the package's)
 /// with `password`, to `key`.
@@ -183,9 +144,12 @@ async fn assert_refused(team_a: &TestEnv, out: &Run, b_key: &Key, how: &str) {
 async fn a_build_never_decrypts_with_another_tenants_key() {
     let team_a = TestEnv::new("keys-a").await.expect("control plane");
     let team_b = TestEnv::new("keys-b").await.expect("control plane");
+    // kix deploy --operator needs kix's CRDs: installed as a platform does
+    // (on a fresh control plane no other test has).
+    common::tenancy::install_crds(&team_a);
     let scratch = tempfile::tempdir().expect("tempdir");
     let dir = scratch.path();
-    let (a_key, b_key) = (keygen(dir, "team-a"), keygen(dir, "team-b"));
+    let (a_key, b_key) = (keygen(dir, "team-a.txt"), keygen(dir, "team-b.txt"));
     let unique = kix_testkit::unique_name("p");
     let (a_password, b_password) = (format!("a-pw-{unique}"), format!("b-pw-{unique}"));
     // team-a's key by --age-key-file, team-b's in an --age-key-dir laid out

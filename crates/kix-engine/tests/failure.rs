@@ -185,28 +185,7 @@ async fn rollback_after_an_interrupted_deploy_restores_the_last_good_build() {
 
     // A deploy of another build was killed: its record stays Applying.
     let killed = kit.simple(&[configmap("cfg", &[("version", "killed")])]);
-    let spec = kix_api::ActivationSpec {
-        cluster: kit.cluster().to_string(),
-        source: kix_api::Source {
-            path: killed.path.clone(),
-            flake: None,
-            revision: None,
-        },
-        receipt: kix_api::Receipt {
-            user: "killed".into(),
-            host: "nowhere".into(),
-            kix_version: "0".into(),
-            time: chrono::Utc::now(),
-            plan_digest: String::new(),
-            counts: Default::default(),
-            accepted: Default::default(),
-            rollback_from: None,
-            accepted_deletions: None,
-            saved_plan: false,
-        },
-        engine: kix_api::Engine::Local,
-        service_account: None,
-    };
+    let spec = record_spec(kit.cluster(), &killed.path, "killed");
     let stale = kix_engine::records::create(&kit.client, 2, spec, vec!["v1/ConfigMap".into()])
         .await
         .expect("record");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use futures::StreamExt;
-use kix_api::{Activation, ActivationSpec, Engine, Phase, Receipt, Source};
+use kix_api::{Activation, Engine, Phase};
 use kix_engine::EngineError;
 use kix_engine::lease::{DeployLease, LeaseError, LeaseOptions};
 use kix_testkit::audit;
@@ -226,28 +226,7 @@ async fn a_record_left_applying_is_failed_by_the_next_deploy_which_converges() {
         configmap("cfg", &[("k", "2")]),
         configmap("new", &[("k", "v")]),
     ]);
-    let spec = ActivationSpec {
-        cluster: kit.cluster().to_string(),
-        source: Source {
-            path: build2.path.clone(),
-            flake: None,
-            revision: None,
-        },
-        receipt: Receipt {
-            user: "killed".into(),
-            host: "nowhere".into(),
-            kix_version: "0".into(),
-            time: chrono::Utc::now(),
-            plan_digest: String::new(),
-            counts: Default::default(),
-            accepted: Default::default(),
-            rollback_from: None,
-            accepted_deletions: None,
-            saved_plan: false,
-        },
-        engine: Engine::Local,
-        service_account: None,
-    };
+    let spec = record_spec(kit.cluster(), &build2.path, "killed");
     let stale = kix_engine::records::create(&kit.client, 2, spec, vec!["v1/ConfigMap".into()])
         .await
         .expect("record");

@@ -7,34 +7,14 @@ mod common;
 
 use common::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kix_api::{Activation, ActivationSpec, Drift, Engine, Phase, Receipt, Source};
+use kix_api::{Activation, Drift, Phase};
 use kix_engine::records::update_status;
 use kube::ResourceExt;
 
 /// A Pending record of the kit's Kix cluster, as a deploy creates it.
 async fn record(kit: &Kit) -> Activation {
-    let spec = ActivationSpec {
-        cluster: kit.cluster().to_string(),
-        source: Source {
-            path: "/nix/store/00000000000000000000000000000000-kix-cluster".into(),
-            flake: None,
-            revision: None,
-        },
-        receipt: Receipt {
-            user: "test".into(),
-            host: "here".into(),
-            kix_version: "0".into(),
-            time: chrono::Utc::now(),
-            plan_digest: String::new(),
-            counts: Default::default(),
-            accepted: Default::default(),
-            rollback_from: None,
-            accepted_deletions: None,
-            saved_plan: false,
-        },
-        engine: Engine::Local,
-        service_account: None,
-    };
+    let path = "/nix/store/00000000000000000000000000000000-kix-cluster";
+    let spec = record_spec(kit.cluster(), path, "test");
     kix_engine::records::create(&kit.client, 1, spec, vec!["v1/ConfigMap".into()])
         .await
         .expect("record")

@@ -183,7 +183,7 @@ fn read_json_stream(text: &str, fast: bool) -> Result<Vec<Document>, DecodeError
     let mut nodes_left = MAX_FILE_NODES;
     loop {
         let start = end + (text[end..].len() - text[end..].trim_start().len());
-        if let Some(line) = count_json_nodes(&text[start..], &mut nodes_left) {
+        if let Some(line) = kix_sops::count_json_nodes(&text.as_bytes()[start..], &mut nodes_left) {
             let before = line_at(&text[lines.0..start], usize::MAX) - 1;
             let line = lines.1.saturating_add(before).saturating_add(line - 1);
             return Err(DecodeError::at(line, too_many_nodes()));
@@ -231,95 +231,6 @@ fn read_json_stream(text: &str, fast: bool) -> Result<Vec<Document>, DecodeError
                 return Ok(documents);
             }
         }
-    }
-}
-
-/// Counts the nodes of the JSON value that `text` starts with against
-/// `left`, before it is built: the line (in `text`) where they pass
-/// [`MAX_FILE_NODES`], if they do. What is not JSON is left to the reader.
-fn count_json_nodes(text: &str, left: &mut usize) -> Option<u32> {
-    use serde::de::DeserializeSeed;
-    let mut counter = JsonNodes { left, over: false };
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    match (&mut counter).deserialize(&mut deserializer) {
-        Err(error) if counter.over => Some(u32::try_from(error.line()).unwrap_or(u32::MAX)),
-        _ => None,
-    }
-}
-
-/// Counts a JSON value's nodes (keys included) without building it.
-struct JsonNodes<'a> {
-    left: &'a mut usize,
-    over: bool,
-}
-
-impl JsonNodes<'_> {
-    fn take<E: serde::de::Error>(&mut self) -> Result<(), E> {
-        match self.left.checked_sub(1) {
-            Some(left) => {
-                *self.left = left;
-                Ok(())
-            }
-            None => {
-                self.over = true;
-                Err(E::custom("too many nodes"))
-            }
-        }
-    }
-}
-
-impl<'de> serde::de::DeserializeSeed<'de> for &mut JsonNodes<'_> {
-    type Value = ();
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for &mut JsonNodes<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
-        self.take()
-    }
-
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
-        self.take()
-    }
-
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
-        self.take()
-    }
-
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
-        self.take()
-    }
-
-    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
-        self.take()
-    }
-
-    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
-        self.take()
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
-        self.take()?;
-        while items.next_element_seed(&mut *self)?.is_some() {}
-        Ok(())
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut entries: A) -> Result<(), A::Error> {
-        self.take()?;
-        while entries.next_key::<serde::de::IgnoredAny>()?.is_some() {
-            self.take()?;
-            entries.next_value_seed(&mut *self)?;
-        }
-        Ok(())
     }
 }
 

@@ -9,7 +9,8 @@ use crate::tree::Node;
 /// Deepest nesting read (serde_json's own limit is 128 as well).
 pub(crate) fn parse(bytes: &[u8]) -> Result<Vec<Node>, Reason> {
     // Counted before the values are built, as YAML is.
-    if let Some(line) = count_nodes(bytes) {
+    let mut left = crate::yaml::MAX_NODES;
+    if let Some(line) = count_json_nodes(bytes, &mut left) {
         return Err(Reason::Syntax {
             format: "JSON",
             line,
@@ -49,14 +50,13 @@ fn node(value: Value) -> Node {
     }
 }
 
-/// The line where the nodes of the JSON value `bytes` starts with pass
-/// [`crate::yaml::MAX_NODES`], if they do; counted without building it.
-fn count_nodes(bytes: &[u8]) -> Option<u32> {
+/// Counts the nodes (keys included) of the JSON value that `bytes` starts
+/// with against `left`, without building it: the line where they pass
+/// `left`, if they do. What is not JSON is left to the reader. kix's
+/// manifest reader counts its JSON resource files with it too.
+pub fn count_json_nodes(bytes: &[u8], left: &mut usize) -> Option<u32> {
     use serde::de::DeserializeSeed;
-    let mut counter = Nodes {
-        left: crate::yaml::MAX_NODES,
-        over: false,
-    };
+    let mut counter = Nodes { left, over: false };
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     match (&mut counter).deserialize(&mut deserializer) {
         Err(error) if counter.over => Some(u32::try_from(error.line()).unwrap_or(u32::MAX)),
@@ -65,16 +65,16 @@ fn count_nodes(bytes: &[u8]) -> Option<u32> {
 }
 
 /// Counts a JSON value's nodes (keys included).
-struct Nodes {
-    left: usize,
+struct Nodes<'a> {
+    left: &'a mut usize,
     over: bool,
 }
 
-impl Nodes {
+impl Nodes<'_> {
     fn take<E: serde::de::Error>(&mut self) -> Result<(), E> {
         match self.left.checked_sub(1) {
             Some(left) => {
-                self.left = left;
+                *self.left = left;
                 Ok(())
             }
             None => {
@@ -85,7 +85,7 @@ impl Nodes {
     }
 }
 
-impl<'de> serde::de::DeserializeSeed<'de> for &mut Nodes {
+impl<'de> serde::de::DeserializeSeed<'de> for &mut Nodes<'_> {
     type Value = ();
 
     fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
@@ -93,7 +93,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for &mut Nodes {
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for &mut Nodes {
+impl<'de> serde::de::Visitor<'de> for &mut Nodes<'_> {
     type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

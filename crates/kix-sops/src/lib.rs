@@ -40,6 +40,7 @@ use std::path::Path;
 pub use digest::DigestKey;
 pub use error::{IdentityError, Reason, SopsError};
 pub use identity::{Identities, Layout, SOPS_AGE_KEY, SOPS_AGE_KEY_FILE};
+pub use json::count_json_nodes;
 pub use metadata::AgeStanza;
 pub use ring::KeyRing;
 

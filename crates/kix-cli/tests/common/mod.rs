@@ -19,6 +19,7 @@ use kube::discovery::ApiResource;
 use kube::{Client, Config};
 use serde_json::Value;
 
+pub mod sops;
 pub mod tenancy;
 
 /// What a finished command printed.

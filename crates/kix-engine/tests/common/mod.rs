@@ -500,3 +500,31 @@ pub fn expect_err<T: std::fmt::Debug>(result: Result<T>) -> EngineError {
         Err(e) => e,
     }
 }
+
+/// The spec of a record of Kix cluster `cluster` for the build at `path`, as
+/// a local deploy by `user` writes it (for records a test makes itself: a
+/// deploy killed midway, a step writing the status).
+pub fn record_spec(cluster: &str, path: &str, user: &str) -> kix_api::ActivationSpec {
+    kix_api::ActivationSpec {
+        cluster: cluster.to_string(),
+        source: kix_api::Source {
+            path: path.to_string(),
+            flake: None,
+            revision: None,
+        },
+        receipt: kix_api::Receipt {
+            user: user.into(),
+            host: "nowhere".into(),
+            kix_version: "0".into(),
+            time: chrono::Utc::now(),
+            plan_digest: String::new(),
+            counts: Default::default(),
+            accepted: Default::default(),
+            rollback_from: None,
+            accepted_deletions: None,
+            saved_plan: false,
+        },
+        engine: kix_api::Engine::Local,
+        service_account: None,
+    }
+}
