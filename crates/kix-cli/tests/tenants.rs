@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::tenancy::{install_crds, writes_as};
 use kix_testkit::PrivateControlPlane;
 use serde_json::{Value, json};
 
@@ -392,43 +393,6 @@ async fn only_a_kix_clusters_declared_writers_write_its_records_and_none_moves_o
     assert_eq!(names, ["team-b-9"], "records left: only what was allowed");
 }
 
-/// The writes the apiserver audited after `mark` that were made acting as
-/// `user` (impersonated), as `"<verb> <resource>/<name>"`, and the status
-/// code of each.
-fn writes_as(mark: u64, user: &str) -> Vec<(String, i64)> {
-    use std::io::{BufRead, BufReader, Seek, SeekFrom};
-    let cp_dir = kix_testkit::control_plane_dir();
-    let mut file = std::fs::File::open(common::audit_log(&cp_dir)).expect("audit log");
-    file.seek(SeekFrom::Start(mark)).expect("seek");
-    let mut out = Vec::new();
-    for line in BufReader::new(file).lines() {
-        let Ok(line) = line else { break };
-        let Ok(event) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        let verb = event["verb"].as_str().unwrap_or_default();
-        if event["stage"] != "ResponseComplete"
-            || event["impersonatedUser"]["username"] != user
-            || !matches!(verb, "create" | "update" | "patch" | "delete")
-            || event["requestURI"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("dryRun=All")
-        {
-            continue;
-        }
-        out.push((
-            format!(
-                "{verb} {}/{}",
-                event["objectRef"]["resource"].as_str().unwrap_or_default(),
-                event["objectRef"]["name"].as_str().unwrap_or_default()
-            ),
-            event["responseStatus"]["code"].as_i64().unwrap_or_default(),
-        ));
-    }
-    out
-}
-
 /// Applies a tenant's RBAC (`doc`, written to `file`) as the admin.
 fn apply_rbac(env: &kix_testkit::TestEnv, file: &std::path::Path, doc: &str) {
     std::fs::write(file, doc).expect("rbac");
@@ -599,36 +563,6 @@ async fn a_local_deploy_acts_as_the_account_its_build_names() {
         ])
         .expect("kubectl");
     assert!(bindings.trim().is_empty(), "the binding exists: {bindings}");
-}
-
-/// kix's CRDs on the shared control plane, as a platform installs them
-/// before tenants deploy (`kix crds | kubectl apply`): a tenant's account
-/// may not install them, and these tests must not depend on another test
-/// having done it.
-fn install_crds(env: &kix_testkit::TestEnv) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("crds.yaml");
-    std::fs::write(&file, kix_api::crds_yaml()).expect("crds.yaml");
-    let file = file.to_str().expect("utf8");
-    env.kubectl(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "--field-manager",
-        "kix",
-        "-f",
-        file,
-    ])
-    .expect("installing kix's CRDs");
-    let crds = ["crd/activations.kix.run", "crd/packageinstances.kix.run"];
-    env.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        crds[0],
-        crds[1],
-        "--timeout=60s",
-    ])
-    .expect("kix's CRDs Established");
 }
 
 /// The value of ConfigMap `settings` in `namespace`.
