@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Operator, Pkg, Run, add_to_store, poll, records, write_tree};
+use common::{Operator, Pkg, Run, add_to_store, records, write_tree};
 use kix_api::{Activation, Phase};
 use kube::api::{Api, PostParams};
 
@@ -156,26 +156,6 @@ async fn write_record(client: &kube::Client, cluster: &str, path: &str) -> Strin
     Activation::name_for(cluster, next)
 }
 
-/// Record `name` once it is Failed or Active.
-async fn settled(client: &kube::Client, name: &str) -> Activation {
-    let api: Api<Activation> = Api::all(client.clone());
-    poll(
-        &format!("record {name} to be Failed or Active"),
-        Duration::from_secs(90),
-        Duration::from_millis(200),
-        || {
-            let api = api.clone();
-            async move {
-                api.get(name)
-                    .await
-                    .ok()
-                    .filter(|r| matches!(r.phase(), Some(Phase::Failed | Phase::Active)))
-            }
-        },
-    )
-    .await
-}
-
 #[test]
 fn kix_validate_refuses_the_bomb_naming_the_file() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -247,13 +227,13 @@ async fn kix_deploy_and_the_operator_refuse_the_bomb_and_the_operator_keeps_serv
         config_map("one"),
     );
     let first = write_record(&env.client, &env.cluster, &good).await;
-    let first = settled(&env.client, &first).await;
+    let first = common::settled(&env.client, &first).await;
     assert_eq!(first.phase(), Some(Phase::Active), "{:?}", first.status);
     let before = peak_rss(pid);
 
     let start = Instant::now();
     let name = write_record(&env.client, &env.cluster, &bomb_path).await;
-    let refused = settled(&env.client, &name).await;
+    let refused = common::settled(&env.client, &name).await;
     let elapsed = start.elapsed();
     let message = refused
         .status
@@ -285,7 +265,7 @@ async fn kix_deploy_and_the_operator_refuse_the_bomb_and_the_operator_keeps_serv
         config_map("two"),
     );
     let next = write_record(&env.client, &env.cluster, &next).await;
-    let next = settled(&env.client, &next).await;
+    let next = common::settled(&env.client, &next).await;
     assert_eq!(next.phase(), Some(Phase::Active), "{:?}", next.status);
     let value = env
         .kubectl(&[

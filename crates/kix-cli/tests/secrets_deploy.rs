@@ -345,15 +345,14 @@ fn start_operator(
     log: &Path,
     extra: &[&str],
 ) -> common::Operator {
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+    let http = std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()
-        .expect("addr")
-        .port();
+        .expect("addr");
     let mut cmd = Command::new(common::operator_bin());
     cmd.arg("--kubeconfig")
         .arg(&admin.kubeconfig)
-        .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+        .args(["--metrics-addr", &http.to_string()])
         .args([
             "--leader-lease",
             &format!("{cluster}-op"),
@@ -377,6 +376,7 @@ fn start_operator(
     common::Operator {
         child: cmd.spawn().expect("start kix-operator"),
         log: log.to_path_buf(),
+        http,
     }
 }
 

@@ -307,15 +307,14 @@ fn refusals_quote_no_value(env: &TestEnv, dir: &Path, key: &Key, probes: &[Strin
 /// `kix-operator` for `env`'s cluster as the test's admin with `key`, its
 /// debug JSON log in `log`, no sops key of the environment.
 fn start_operator(env: &TestEnv, scratch: &Path, key: &Key, log: &Path) -> common::Operator {
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+    let http = std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()
-        .expect("addr")
-        .port();
+        .expect("addr");
     let mut cmd = Command::new(common::operator_bin());
     cmd.arg("--kubeconfig")
         .arg(kix_testkit::kubeconfig_path())
-        .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+        .args(["--metrics-addr", &http.to_string()])
         .args(["--leader-lease", &format!("{}-op", env.cluster)])
         .args(["--lease-namespace", &env.namespace])
         .args(["--leader-lease-seconds", "4", "--resync-interval", "10s"])
@@ -333,6 +332,7 @@ fn start_operator(env: &TestEnv, scratch: &Path, key: &Key, log: &Path) -> commo
     common::Operator {
         child: cmd.spawn().expect("start kix-operator"),
         log: log.to_path_buf(),
+        http,
     }
 }
 

@@ -590,31 +590,9 @@ fn deploy_operator(gcroots: &Path, cluster: &str, path: &str) -> common::Run {
     ]))
 }
 
-/// A record written as the admin (a platform subject), as a tenant could
-/// have written it: `spec` of an earlier record, another build.
-async fn write_record(
-    client: &kube::Client,
-    cluster: &str,
-    spec: kix_api::ActivationSpec,
-) -> String {
-    let records = common::records(client, cluster).await;
-    let next = records
-        .iter()
-        .filter_map(|r| r.sequence())
-        .max()
-        .unwrap_or(0)
-        + 1;
-    let record = kix_api::Activation::new_record(next, spec);
-    let api: kube::Api<kix_api::Activation> = kube::Api::all(client.clone());
-    api.create(&kube::api::PostParams::default(), &record)
-        .await
-        .expect("creating the record");
-    kix_api::Activation::name_for(cluster, next)
-}
-
 /// The message of record `name` once it settled, asserting it is Failed.
 async fn failed_with(client: &kube::Client, name: &str) -> String {
-    let refused = settled(client, name).await;
+    let refused = common::settled(client, name).await;
     let message = refused
         .status
         .as_ref()
@@ -622,25 +600,6 @@ async fn failed_with(client: &kube::Client, name: &str) -> String {
         .unwrap_or_default();
     assert_eq!(refused.phase(), Some(kix_api::Phase::Failed), "{message}");
     message
-}
-
-async fn settled(client: &kube::Client, name: &str) -> kix_api::Activation {
-    let api: kube::Api<kix_api::Activation> = kube::Api::all(client.clone());
-    common::poll(
-        &format!("record {name} to reach a terminal phase"),
-        Duration::from_secs(90),
-        Duration::from_millis(300),
-        || {
-            let api = api.clone();
-            async move {
-                api.get(name)
-                    .await
-                    .ok()
-                    .filter(|r| r.is_terminal() || r.phase() == Some(kix_api::Phase::Active))
-            }
-        },
-    )
-    .await
 }
 
 /// Two tenants on one operator running with `--require-service-account`:
@@ -711,7 +670,7 @@ async fn the_operator_acts_for_each_record_as_its_account() {
     let mut spec = applied_a.spec.clone();
     spec.source.path = build_a2.clone();
     let mark = common::audit_mark(&cp_dir);
-    let name = write_record(&env.client, &cluster_a, spec).await;
+    let name = common::write_record(&env.client, &cluster_a, spec).await;
     let message = failed_with(&env.client, &name).await;
     assert!(
         message.contains(&format!("ConfigMap {ns_b}/settings")) && message.contains("cannot patch"),
@@ -737,7 +696,7 @@ async fn the_operator_acts_for_each_record_as_its_account() {
     let mut spec = applied_a.spec.clone();
     spec.source.path = borrowing;
     let mark = common::audit_mark(&cp_dir);
-    let name = write_record(&env.client, &cluster_a, spec).await;
+    let name = common::write_record(&env.client, &cluster_a, spec).await;
     let message = failed_with(&env.client, &name).await;
     assert!(
         message.contains(&format!(
@@ -774,7 +733,7 @@ async fn the_operator_acts_for_each_record_as_its_account() {
     spec.cluster = cluster_none.clone();
     spec.source.path = build_none;
     spec.service_account = None;
-    let name = write_record(&env.client, &cluster_none, spec).await;
+    let name = common::write_record(&env.client, &cluster_none, spec).await;
     let message = failed_with(&env.client, &name).await;
     assert!(message.contains("--require-service-account"), "{message}");
     let unowned = env

@@ -22,6 +22,7 @@
 //!   [`Rules::judge`]; none has health rules of its own.
 
 pub mod bounds;
+pub mod evaluator;
 pub mod kstatus;
 
 mod builtin;

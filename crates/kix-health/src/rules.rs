@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::bounds;
 use crate::builtin;
+use crate::evaluator::{self, Ran};
 use crate::kstatus::{self, Health};
 use crate::rule::{Expr, ExprField, Outcome, RuleError, RuleSpec, context};
 
@@ -213,6 +214,7 @@ impl<'a> ObjectKey<'a> {
     }
 }
 
+#[derive(Clone)]
 pub(crate) struct CompiledRule {
     pub(crate) origin: RuleRef,
     pub(crate) selector: Selector,
@@ -220,10 +222,10 @@ pub(crate) struct CompiledRule {
     /// status has a condition of this type (checked before any CEL runs,
     /// so other kinds pay nothing for it).
     pub(crate) needs_condition: Option<&'static str>,
-    pub(crate) current: Option<Expr>,
-    pub(crate) in_progress: Option<Expr>,
-    pub(crate) failed: Option<Expr>,
-    pub(crate) message: Option<Expr>,
+    pub(crate) current: Option<Arc<Expr>>,
+    pub(crate) in_progress: Option<Arc<Expr>>,
+    pub(crate) failed: Option<Arc<Expr>>,
+    pub(crate) message: Option<Arc<Expr>>,
 }
 
 /// The texts of a rule's expressions, to compile.
@@ -276,24 +278,27 @@ impl CompiledRule {
                 kind: selector.to_string(),
             });
         }
-        let compile = |field: ExprField, text: Option<&str>| -> Result<Option<Expr>, RuleError> {
-            text.map(|text| {
-                crate::bounds::check(text).map_err(|over| RuleError::Limit {
-                    source_name: origin.to_string(),
-                    kind: selector.to_string(),
-                    field,
-                    over: over.to_string(),
-                })?;
-                Expr::compile(text).map_err(|message| RuleError::Compile {
-                    source_name: origin.to_string(),
-                    kind: selector.to_string(),
-                    field,
-                    expr: text.to_owned(),
-                    message,
+        let compile =
+            |field: ExprField, text: Option<&str>| -> Result<Option<Arc<Expr>>, RuleError> {
+                text.map(|text| {
+                    crate::bounds::check(text).map_err(|over| RuleError::Limit {
+                        source_name: origin.to_string(),
+                        kind: selector.to_string(),
+                        field,
+                        over: over.to_string(),
+                    })?;
+                    Expr::compile(text)
+                        .map(Arc::new)
+                        .map_err(|message| RuleError::Compile {
+                            source_name: origin.to_string(),
+                            kind: selector.to_string(),
+                            field,
+                            expr: text.to_owned(),
+                            message,
+                        })
                 })
-            })
-            .transpose()
-        };
+                .transpose()
+            };
         Ok(CompiledRule {
             needs_condition,
             current: compile(ExprField::Current, sources.current)?,
@@ -317,9 +322,31 @@ impl CompiledRule {
         if let Some(health) = kstatus::terminating_or_unobserved(obj) {
             return Some(health);
         }
-        if let Some(health) = self.over_budget(obj) {
-            return Some(health);
+        let (cost, items) = match self.runtime_cost(obj) {
+            Ok(estimate) => estimate,
+            Err(over) => return Some(over),
+        };
+        if cost <= evaluator::INLINE_COST {
+            return self.evaluate(obj);
         }
+        let key = format!("{}\0{}\0{items}", self.origin, self.selector);
+        let (rule, object) = (self.clone(), obj.clone());
+        let limit = evaluator::WALL_LIMIT.as_secs();
+        let what = match evaluator::run(key, move || rule.evaluate(&object)) {
+            Ran::Done(health) => return health,
+            Ran::Overran => format!(" exceeded its budget ({limit} s of evaluation)"),
+            Ran::Busy => format!(
+                " exceeded its budget (waited {limit} s for one of the {} evaluators \
+                 of expensive rules)",
+                evaluator::EVALUATORS
+            ),
+            Ran::Panicked => " could not be evaluated: the CEL evaluator failed".to_owned(),
+        };
+        Some(self.exceeded(&what))
+    }
+
+    /// The object's health by this rule's expressions, evaluated here.
+    fn evaluate(&self, obj: &Value) -> Option<Health> {
         let ctx = context(obj);
         let steps = [
             (ExprField::Failed, &self.failed),
@@ -354,31 +381,39 @@ impl CompiledRule {
         )))
     }
 
-    /// Degraded when an expression could exceed the runtime budget over
-    /// this object's lists (the `cel` crate cannot stop an evaluation).
-    fn over_budget(&self, obj: &Value) -> Option<Health> {
+    /// The largest estimated cost of this rule's expressions over this
+    /// object's lists, and the largest list's size; Degraded when one could
+    /// exceed the runtime budget (the `cel` crate cannot stop an evaluation).
+    fn runtime_cost(&self, obj: &Value) -> Result<(u64, usize), Health> {
         let exprs = [
             (ExprField::Failed, &self.failed),
             (ExprField::InProgress, &self.in_progress),
             (ExprField::Current, &self.current),
             (ExprField::Message, &self.message),
         ];
-        let mut largest = None;
+        let largest = bounds::largest_collection(obj);
+        let (mut cost, mut items) = (0, largest);
         for (field, expr) in exprs {
             let Some(expr) = expr else { continue };
-            let items = *largest.get_or_insert_with(|| bounds::largest_collection(obj));
-            let items = items.max(expr.largest_literal);
-            if !bounds::within_budget(&expr.source, items as u64) {
-                return Some(Health::degraded(format!(
-                    "{}: health rule for {}: {field} exceeded its budget \
-                     ({} steps with lists of {items} items)",
-                    self.origin,
-                    self.selector,
+            let size = largest.max(expr.largest_literal);
+            items = items.max(size);
+            let Some(expr_cost) = bounds::runtime_cost(&expr.source, size as u64) else {
+                return Err(self.exceeded(&format!(
+                    ": {field} exceeded its budget ({} steps with lists of {size} items)",
                     bounds::RUNTIME_BUDGET
                 )));
-            }
+            };
+            cost = cost.max(expr_cost);
         }
-        None
+        Ok((cost, items))
+    }
+
+    /// Degraded: `what` (`: current exceeded its budget (...)`) went over.
+    fn exceeded(&self, what: &str) -> Health {
+        Health::degraded(format!(
+            "{}: health rule for {}{what}",
+            self.origin, self.selector
+        ))
     }
 
     /// The rule's message, else the conditions (or phase) the expression

@@ -1,5 +1,7 @@
 //! The metrics and health endpoints: /metrics, /healthz, /readyz. A minimal
-//! HTTP/1.0 responder: one request per connection, GET only.
+//! HTTP/1.0 responder: one request per connection, GET only. It runs on a
+//! thread and runtime of its own, so a probe is answered even while every
+//! reconcile worker is busy (judging a team's expensive health rule, say).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,7 +11,31 @@ use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
 
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+/// Binds `addr` and serves on a thread of its own; the address bound.
+pub fn serve_on_own_thread(
+    addr: std::net::SocketAddr,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<std::net::SocketAddr> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("kix-http".to_owned())
+        .spawn(move || {
+            runtime.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => serve(listener, metrics).await,
+                    Err(error) => tracing::error!(%error, "serving /healthz"),
+                }
+            })
+        })?;
+    Ok(bound)
+}
+
+async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     loop {
         let Ok((mut socket, _)) = listener.accept().await else {
             continue;

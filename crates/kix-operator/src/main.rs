@@ -290,11 +290,9 @@ async fn main() -> anyhow::Result<()> {
     let client = clients.own().clone();
     use_age_identities(&args, &client).await?;
     let metrics = Arc::new(Metrics::default());
-    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
-        .await
+    let addr = http::serve_on_own_thread(args.metrics_addr, metrics.clone())
         .with_context(|| format!("binding {}", args.metrics_addr))?;
-    info!(addr = %listener.local_addr()?, "serving /metrics, /healthz, /readyz");
-    tokio::spawn(http::serve(listener, metrics.clone()));
+    info!(%addr, "serving /metrics, /healthz, /readyz");
     client
         .apiserver_version()
         .await

@@ -449,6 +449,8 @@ pub fn requests_of(cp_dir: &Path, mark: u64, user: &str) -> Vec<Audited> {
 pub struct Operator {
     pub child: Child,
     pub log: PathBuf,
+    /// Where it serves /metrics, /healthz and /readyz.
+    pub http: std::net::SocketAddr,
 }
 
 impl Operator {
@@ -483,15 +485,14 @@ impl Operator {
         path_prefix: Option<&Path>,
         flags: &[&str],
     ) -> Operator {
-        let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        let http = std::net::TcpListener::bind("127.0.0.1:0")
             .expect("bind")
             .local_addr()
-            .expect("addr")
-            .port();
+            .expect("addr");
         let mut cmd = Command::new(operator_bin());
         cmd.arg("--kubeconfig")
             .arg(kubeconfig)
-            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+            .args(["--metrics-addr", &http.to_string()])
             .args(["--leader-lease", lease, "--lease-namespace", namespace])
             .args(["--leader-lease-seconds", "4", "--resync-interval", "10s"])
             .env("KIX_LOG", "info")
@@ -509,11 +510,29 @@ impl Operator {
         Operator {
             child: cmd.spawn().expect("start kix-operator"),
             log,
+            http,
         }
     }
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET `path` of its HTTP endpoint: the status line, or why there was
+    /// none within `within`.
+    pub fn get(&self, path: &str, within: Duration) -> Result<String, String> {
+        use std::io::{Read, Write};
+        let mut socket = std::net::TcpStream::connect_timeout(&self.http, within)
+            .map_err(|e| format!("connecting to {}: {e}", self.http))?;
+        socket
+            .set_read_timeout(Some(within))
+            .map_err(|e| e.to_string())?;
+        write!(socket, "GET {path} HTTP/1.0\r\n\r\n").map_err(|e| e.to_string())?;
+        let mut response = String::new();
+        socket
+            .read_to_string(&mut response)
+            .map_err(|e| format!("no answer to GET {path} within {within:?}: {e}"))?;
+        Ok(response.lines().next().unwrap_or_default().to_owned())
     }
 }
 
@@ -529,4 +548,44 @@ impl Drop for Operator {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A record of `cluster` with `spec`, written as the admin (a platform
+/// subject), as a tenant could have written it; its name.
+pub async fn write_record(client: &Client, cluster: &str, spec: kix_api::ActivationSpec) -> String {
+    let next = records(client, cluster)
+        .await
+        .iter()
+        .filter_map(Activation::sequence)
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let api: Api<Activation> = Api::all(client.clone());
+    api.create(
+        &kube::api::PostParams::default(),
+        &Activation::new_record(next, spec),
+    )
+    .await
+    .expect("creating the record");
+    Activation::name_for(cluster, next)
+}
+
+/// Record `name` once it is Active or in a terminal phase.
+pub async fn settled(client: &Client, name: &str) -> Activation {
+    let api: Api<Activation> = Api::all(client.clone());
+    poll(
+        &format!("record {name} to be Active or reach a terminal phase"),
+        Duration::from_secs(90),
+        Duration::from_millis(200),
+        || {
+            let api = api.clone();
+            async move {
+                api.get(name)
+                    .await
+                    .ok()
+                    .filter(|r| r.is_terminal() || r.phase() == Some(Phase::Active))
+            }
+        },
+    )
+    .await
 }

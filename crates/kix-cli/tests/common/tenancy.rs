@@ -97,13 +97,34 @@ pub fn user(namespace: &str) -> String {
 /// `settings` in `namespace`, plus `extra` (a YAML document) when given;
 /// added to the store.
 pub fn tree(root: &Path, cluster: &str, namespace: &str, extra: Option<&str>) -> String {
+    tree_with_rules(root, cluster, namespace, extra, &[])
+}
+
+/// [`tree`] with health rules `rules` in its package's `package.json`.
+pub fn tree_with_rules(
+    root: &Path,
+    cluster: &str,
+    namespace: &str,
+    extra: Option<&str>,
+    rules: &[Value],
+) -> String {
     write(root, cluster, namespace, extra);
-    let kix_json = root.join("kix.json");
-    let mut head: Value =
-        serde_json::from_str(&std::fs::read_to_string(&kix_json).expect("kix.json")).expect("json");
-    head["settings"]["serviceAccount"] = json!({"namespace": namespace, "name": "kix"});
-    std::fs::write(&kix_json, head.to_string()).expect("kix.json");
+    edit_json(&root.join("kix.json"), |head| {
+        head["settings"]["serviceAccount"] = json!({"namespace": namespace, "name": "kix"});
+    });
+    if !rules.is_empty() {
+        edit_json(&root.join("packages/web/package.json"), |package| {
+            package["health"] = json!(rules);
+        });
+    }
     super::add_to_store(root)
+}
+
+fn edit_json(file: &Path, edit: impl FnOnce(&mut Value)) {
+    let mut value: Value =
+        serde_json::from_str(&std::fs::read_to_string(file).expect("read")).expect("json");
+    edit(&mut value);
+    std::fs::write(file, value.to_string()).expect("write");
 }
 
 /// [`tree`] naming no ServiceAccount: deployed with the caller's rights.
