@@ -22,6 +22,7 @@
 //! - Nothing here decides whether a change may happen: that is a gate of
 //!   the engine (`kix_engine::gates`).
 
+pub mod cache;
 #[doc(hidden)]
 pub mod decode;
 mod error;
@@ -44,6 +45,7 @@ mod version;
 mod walk;
 mod yaml;
 
+pub use cache::{CacheSetting, CacheSettingError, CacheUrl, PublicKey};
 pub use error::TreeError;
 pub use group_kind::{GroupKind, GroupVersionKind};
 pub use handoff::Handoff;

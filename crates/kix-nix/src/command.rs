@@ -67,6 +67,23 @@ impl NixCommand {
     /// A non-zero exit becomes [`NixError::CommandFailed`] carrying the whole
     /// stderr text.
     pub fn run(&self, stream_stderr: bool) -> Result<Output, NixError> {
+        self.run_with(&mut |line: &[u8]| {
+            if stream_stderr {
+                let mut out = std::io::stderr().lock();
+                // A closed terminal must not fail the build.
+                let _ = out.write_all(line);
+                let _ = out.flush();
+            }
+        })
+    }
+
+    /// [`NixCommand::run`], handing each line of stderr (with its newline)
+    /// to `on_stderr_line` as it arrives: Nix's `--log-format
+    /// internal-json` progress, read while the command runs.
+    pub fn run_with(
+        &self,
+        on_stderr_line: &mut (dyn FnMut(&[u8]) + Send),
+    ) -> Result<Output, NixError> {
         let command_line = self.display();
         tracing::debug!(command = %command_line, "running");
         let mut child = Command::new(&self.program)
@@ -109,12 +126,7 @@ impl NixCommand {
                     if reader.read_until(b'\n', &mut line)? == 0 {
                         break;
                     }
-                    if stream_stderr {
-                        let mut out = std::io::stderr().lock();
-                        // A closed terminal must not fail the build.
-                        let _ = out.write_all(&line);
-                        let _ = out.flush();
-                    }
+                    on_stderr_line(&line);
                     collected.extend_from_slice(&line);
                 }
                 Ok(collected)

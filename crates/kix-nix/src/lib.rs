@@ -9,6 +9,8 @@
 //! - [`is_valid`], [`realise`], [`ensure_valid`], [`add_to_store`],
 //!   [`resolve_path`], [`resolve_path_unchecked`]: the store.
 //! - [`GcRoots`]: a GC root per Activation.
+//! - [`Cache`]: publishing a build's closure to a binary cache, signed
+//!   with the user's key ([`SigningKey`]), and checking its signatures.
 //!
 //! Everything is synchronous `std::process`; async callers use
 //! `spawn_blocking`. Every `nix` invocation passes
@@ -18,10 +20,11 @@
 //! # Where things are
 //!
 //! `build.rs` (nix build, sources), `store.rs` (store paths: validity,
-//! realising), `gcroots.rs` (GC roots of records), `command.rs` (running
+//! realising), `gcroots.rs` (GC roots of records), `cache.rs` (binary caches), `command.rs` (running
 //! nix), `error.rs`.
 
 mod build;
+mod cache;
 mod command;
 mod error;
 mod gcroots;
@@ -31,6 +34,7 @@ pub use build::{
     BuildError, BuildOptions, BuildSource, build, build_and_read, build_unchecked, output_attr,
     read_build, read_build_of,
 };
+pub use cache::{Cache, CacheError, PushProgress, PushReport, SigningKey};
 pub use error::NixError;
 pub use gcroots::{
     DEFAULT_GCROOTS_DIR, GCROOTS_DIR_ENV, GcRoot, GcRoots, PER_USER_GCROOTS, default_gcroots_dir,
