@@ -66,6 +66,10 @@ pub struct ActivationSpec {
 /// The build an activation deploys.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.signedBy) || has(self.cache)",
+    "message": "spec.source.signedBy names the key that signed the build in spec.source.cache: set cache too",
+}]))]
 pub struct Source {
     /// The build's Nix store path (`/nix/store/<hash>-<name>`).
     pub path: String,
@@ -75,6 +79,17 @@ pub struct Source {
     /// The source revision (for example the git commit), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// The Nix binary cache the build's closure was published to
+    /// (`settings.cache.url`), where an executor without the build fetches
+    /// it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = "^(file|http|https|s3)://[^\\s]+$", "maxLength" = 2048))]
+    pub cache: Option<String>,
+    /// The name of the key that signed the closure in `cache` (the part of
+    /// a Nix key before `:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = "^[^:\\s]+$", "maxLength" = 253))]
+    pub signed_by: Option<String>,
 }
 
 /// Who deployed what, from where, when, and with which plan.
@@ -661,6 +676,8 @@ mod tests {
                 path: "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-kix-prod".to_owned(),
                 flake: Some("github:example/infra".to_owned()),
                 revision: None,
+                cache: None,
+                signed_by: None,
             },
             receipt: Receipt {
                 user: "alice".to_owned(),
@@ -993,5 +1010,17 @@ mod tests {
             receipt.time.to_rfc3339(),
             "2025-01-02T01:04:05.123456789+00:00"
         );
+    }
+
+    #[test]
+    fn a_published_build_names_its_cache_and_signer() {
+        let mut spec = spec("prod");
+        spec.source.cache = Some("https://cache.example.com".to_owned());
+        spec.source.signed_by = Some("ci-1".to_owned());
+        let value = serde_json::to_value(&spec).unwrap_or_default();
+        assert_eq!(value["source"]["cache"], "https://cache.example.com");
+        assert_eq!(value["source"]["signedBy"], "ci-1");
+        let back: ActivationSpec = serde_json::from_value(value).expect("reads back");
+        assert_eq!(back, spec);
     }
 }

@@ -64,6 +64,10 @@ pub struct ReceiptInfo {
     pub flake: Option<String>,
     pub revision: Option<String>,
     pub rollback_from: Option<String>,
+    /// The binary cache the build was published to, and the name of the
+    /// key that signed it there (`spec.source.cache`, `signedBy`).
+    pub cache: Option<String>,
+    pub signed_by: Option<String>,
 }
 
 impl ReceiptInfo {
@@ -449,6 +453,8 @@ pub fn activation_spec(plan: &Plan, options: &DeployOptions) -> ActivationSpec {
             path: plan.store_path.clone(),
             flake: options.receipt.flake.clone(),
             revision: options.receipt.revision.clone(),
+            cache: options.receipt.cache.clone(),
+            signed_by: options.receipt.signed_by.clone(),
         },
         receipt: Receipt {
             user: options.receipt.user.clone(),

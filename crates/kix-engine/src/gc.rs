@@ -939,6 +939,8 @@ mod tests {
                     path: format!("/nix/store/{seq:0>32}-x"),
                     flake: None,
                     revision: None,
+                    cache: None,
+                    signed_by: None,
                 },
                 receipt: Receipt {
                     user: "u".into(),

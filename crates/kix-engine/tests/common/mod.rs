@@ -511,6 +511,8 @@ pub fn record_spec(cluster: &str, path: &str, user: &str) -> kix_api::Activation
             path: path.to_string(),
             flake: None,
             revision: None,
+            cache: None,
+            signed_by: None,
         },
         receipt: kix_api::Receipt {
             user: user.into(),
