@@ -42,7 +42,9 @@
 # (string such as "30d", "12h", "1d12h"; units s m h d w), `context` (default
 # kubeconfig context), `deletionBudget` (`{ percent = 25; floor = 10; }`: a
 # deploy deleting more than `percent` % of the owned objects and more than
-# `floor` objects needs consent). Null values are dropped; unknown settings pass through
+# `floor` objects needs consent), `cache` (`{ url; publicKeys ? []; }`: the
+# Nix binary cache `kix push` and `kix deploy --operator` publish the build
+# to, signed, and the keys it is trusted under). Null values are dropped; unknown settings pass through
 # to kix.json unchanged.
 #
 # `serviceAccount = { namespace = "team-a"; name = "kix"; }` (also accepted
@@ -592,6 +594,7 @@ let
           (!(s ? deletionBudget) || isAttrs s.deletionBudget || sfail "`deletionBudget` must be an attrset { percent; floor; }, got ${describeValue s.deletionBudget}")
           (!(s ? deletionBudget) || checkDeletionBudget s.deletionBudget)
           (!(s ? serviceAccount) || checkServiceAccount "settings.serviceAccount" s.serviceAccount)
+          (!(s ? cache) || checkCache s.cache)
           (
             serviceAccount == null
             || !(s ? serviceAccount)
@@ -616,6 +619,30 @@ let
           (unknown == [ ] || afail "unknown attribute `${head unknown}` (a ServiceAccount is { namespace; name; })")
           (field "namespace")
           (field "name")
+        ] true;
+
+      # `cache = { url = "https://cache.example.com"; publicKeys = [ "name:base64" ]; }`:
+      # where kix push and kix deploy --operator publish the build. The shapes
+      # only: a Nix binary cache URL, keys as `nix key convert-secret-to-public`
+      # prints them (32 bytes of base64).
+      checkCache =
+        c:
+        let
+          cfail = msg: fail "settings.cache: ${msg}";
+          unknown = filter (k: k != "url" && k != "publicKeys") (if isAttrs c then attrNames c else [ ]);
+          keys = c.publicKeys or [ ];
+          isKey = k: isString k && match "[^:[:space:]]+:[A-Za-z0-9+/]{43}=" k != null;
+          badKeys = if isList keys then filter (k: !isKey k) keys else [ ];
+        in
+        checkAll [
+          (isAttrs c || cfail "must be an attrset { url; publicKeys; }, got ${describeValue c}")
+          (unknown == [ ] || cfail "unknown attribute `${head unknown}` (known: url, publicKeys)")
+          (
+            isString (c.url or null) && match "(file|http|https|s3)://[^[:space:]]+" c.url != null
+            || cfail "`url` must be a Nix binary cache URL (file:///dir, http://host, https://host, s3://bucket), got ${describeValue (c.url or null)}"
+          )
+          (isList keys || cfail "`publicKeys` must be a list of \"name:base64\" keys, got ${describeValue keys}")
+          (badKeys == [ ] || cfail "`publicKeys`: ${describeValue (head badKeys)} is not a Nix public key \"name:base64\" (as `nix key convert-secret-to-public` prints it)")
         ] true;
 
       # `deletionBudget = { percent = 25; floor = 10; }`: both optional.

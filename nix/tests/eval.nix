@@ -304,6 +304,20 @@ let
       };
     }).settings;
     defaultSettings = eq { } (mk { packages = { }; }).settings;
+    # Where the build is published, in kix.json's settings as given.
+    cacheInKixJson =
+      eq
+        {
+          url = "https://cache.example.com";
+          publicKeys = [ "ci-1:6QvDa6hXFbyvcNd9+lgp8zTNlucdNHq1LOWoKM32LoA=" ];
+        }
+        (fromJSON (mk {
+          packages = { };
+          settings.cache = {
+            url = "https://cache.example.com";
+            publicKeys = [ "ci-1:6QvDa6hXFbyvcNd9+lgp8zTNlucdNHq1LOWoKM32LoA=" ];
+          };
+        }).kix_cluster).settings.cache;
     deletionBudget = eq { percent = 50; floor = 3; } (mk {
       packages = { };
       settings.deletionBudget = { percent = 50; floor = 3; };

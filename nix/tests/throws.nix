@@ -418,6 +418,36 @@ in
         settings.deletionBudget.percent = 101;
       });
 
+  badCacheUrl =
+    case
+      [ "settings.cache" "`url` must be a Nix binary cache URL" "ssh://host" ]
+      (mk {
+        packages = { };
+        settings.cache.url = "ssh://host";
+      });
+
+  badCachePublicKey =
+    case
+      [ "settings.cache" "`publicKeys`" "\"ci-1\" is not a Nix public key" ]
+      (mk {
+        packages = { };
+        settings.cache = {
+          url = "file:///srv/cache";
+          publicKeys = [ "ci-1" ];
+        };
+      });
+
+  badCacheField =
+    case
+      [ "settings.cache" "unknown attribute `secretKey`" ]
+      (mk {
+        packages = { };
+        settings.cache = {
+          url = "file:///srv/cache";
+          secretKey = "/etc/key";
+        };
+      });
+
   badDeletionBudgetField =
     case
       [ "settings.deletionBudget" "unknown attribute `share`" ]

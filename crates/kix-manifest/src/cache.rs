@@ -230,6 +230,23 @@ mod tests {
     }
 
     #[test]
+    fn kix_json_settings_carry_the_cache() {
+        let settings: crate::Settings = serde_json::from_value(serde_json::json!({
+            "keep": 3, "cache": {"url": "https://c.example.com", "publicKeys": [KEY]}
+        }))
+        .expect("settings");
+        let cache = settings.cache.expect("cache");
+        assert_eq!(cache.url.as_str(), "https://c.example.com");
+        assert!(settings.extra.is_empty(), "typed, not extra");
+        let err = serde_json::from_value::<crate::Settings>(
+            serde_json::json!({"cache": {"url": "https://c", "publicKeys": ["x"]}}),
+        )
+        .expect_err("bad key")
+        .to_string();
+        assert!(err.contains("public key \"x\""), "{err}");
+    }
+
+    #[test]
     fn the_setting_refuses_unknown_fields_and_bad_values() {
         let ok: CacheSetting = serde_json::from_value(serde_json::json!({
             "url": "file:///c", "publicKeys": [KEY]

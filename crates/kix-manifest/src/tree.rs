@@ -207,6 +207,10 @@ pub struct Settings {
     /// own credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<ServiceAccount>,
+    /// The binary cache the build is published to and the keys it is
+    /// trusted under (`kix push`, `kix deploy --operator`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<crate::CacheSetting>,
     /// Every other setting, as written.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
