@@ -138,7 +138,7 @@ pub async fn reconcile(
     let api: Api<Activation> = Api::all(ctx.client.clone());
     let result = finalizer(&api, FINALIZER, record, |event| async {
         match event {
-            Finalizer::Apply(record) => match apply(record.clone(), &ctx).await {
+            Finalizer::Apply(record) => match acting_on(record.clone(), &ctx).await {
                 // The record's account may not do what applying it needs:
                 // said on the record, not retried in a loop.
                 Err(ReconcileError::Engine(err)) if err.is_forbidden() => {
@@ -157,6 +157,19 @@ pub async fn reconcile(
         | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
         other => ReconcileError::Finalizer(other.to_string()),
     })
+}
+
+/// [`apply`], a panic in it ending the record Failed ([`crate::faults`]).
+async fn acting_on(record: Arc<Activation>, ctx: &Context) -> Result<Action, ReconcileError> {
+    use futures::FutureExt;
+    let acting = std::panic::AssertUnwindSafe(apply(record.clone(), ctx));
+    match acting.catch_unwind().await {
+        Ok(outcome) => outcome,
+        Err(payload) => {
+            let message = crate::faults::failed("acting on this record", payload.as_ref());
+            fail(ctx, &record, message).await
+        }
+    }
 }
 
 pub fn error_policy(_record: Arc<Activation>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
@@ -255,6 +268,7 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
         Err(reason) => return fail(ctx, &record, reason).await,
     };
     let client = &acting.client;
+    crate::faults::inject(crate::faults::Point::Acting, &cluster);
     watch_kinds(ctx, &build);
     crate::triggers::note_build(ctx, &name, path.as_str(), &build);
 
@@ -444,6 +458,29 @@ async fn read_build(
         }
         Err(err) => return Err(format!("checking {path}: {err}")),
     }
+    // Read off the async workers (a large tree takes a while); a panic in
+    // the reader fails this record only.
+    let allow = ctx.allow.clone();
+    let (read_path, cluster_name) = (path.clone(), cluster.to_owned());
+    match tokio::task::spawn_blocking(move || read_checked(&read_path, &cluster_name, &allow)).await
+    {
+        Ok(read) => read.map(|build| (path, build)),
+        Err(err) if err.is_panic() => {
+            let reading = format!("reading {path}");
+            Err(crate::faults::failed(&reading, err.into_panic().as_ref()))
+        }
+        Err(err) => Err(format!("reading {path}: {err}")),
+    }
+}
+
+/// Reads the build at `path`: of Kix cluster `cluster`, its encrypted
+/// Secrets decrypted, inside the allow-list.
+fn read_checked(
+    path: &StorePath,
+    cluster: &str,
+    allow: &gates::AllowList,
+) -> Result<kix_manifest::Build, String> {
+    crate::faults::inject(crate::faults::Point::Reading, cluster);
     // Only the keys bound to the record's cluster (or shared): a file of
     // another tenant's, copied or linked into this build, is refused.
     let options = kix_manifest::ReadOptions {
@@ -469,8 +506,8 @@ async fn read_build(
         };
         return Err(format!("reading {path}: {err}"));
     }
-    gates::allow_list(&build, &ctx.allow).map_err(|refusal| refusal.to_string())?;
-    Ok((path, build))
+    gates::allow_list(&build, allow).map_err(|refusal| refusal.to_string())?;
+    Ok(build)
 }
 
 /// The operator's plan of `build` for `record`: what the watches saw

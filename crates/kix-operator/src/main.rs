@@ -13,6 +13,7 @@
 //!   of its own. A health rule goes in kix-health.
 
 mod controller;
+mod faults;
 mod fights;
 mod guard;
 mod http;

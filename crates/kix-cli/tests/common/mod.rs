@@ -485,6 +485,30 @@ impl Operator {
         path_prefix: Option<&Path>,
         flags: &[&str],
     ) -> Operator {
+        Operator::start_with_env(
+            kubeconfig,
+            clusters,
+            namespace,
+            lease,
+            log,
+            path_prefix,
+            flags,
+            &[],
+        )
+    }
+
+    /// [`Operator::start_with`] with more variables in its environment.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_with_env(
+        kubeconfig: &Path,
+        clusters: &[&str],
+        namespace: &str,
+        lease: &str,
+        log: PathBuf,
+        path_prefix: Option<&Path>,
+        flags: &[&str],
+        env: &[(&str, &str)],
+    ) -> Operator {
         let http = std::net::TcpListener::bind("127.0.0.1:0")
             .expect("bind")
             .local_addr()
@@ -506,7 +530,7 @@ impl Operator {
         for c in clusters {
             cmd.args(["--cluster", c]);
         }
-        cmd.args(flags);
+        cmd.args(flags).envs(env.iter().copied());
         Operator {
             child: cmd.spawn().expect("start kix-operator"),
             log,
