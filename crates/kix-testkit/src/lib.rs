@@ -15,6 +15,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 pub mod audit;
+pub mod cache_server;
 mod private;
 pub mod records;
 

@@ -20,6 +20,7 @@ pub mod history;
 pub mod operator;
 pub mod operator_kubeconfig;
 pub mod plan;
+pub mod push;
 pub mod rollback;
 pub mod status;
 pub mod validate;
@@ -87,6 +88,9 @@ pub enum Command {
     Deploy(deploy::DeployArgs),
     /// Re-apply the build of an earlier (Superseded) activation.
     Rollback(rollback::RollbackArgs),
+    /// Publish a build's closure to a Nix binary cache, signed with your
+    /// key (what `deploy --operator` does before it writes the record).
+    Push(push::PushArgs),
     /// Declare a NixOS host's build through the operator: nothing when it
     /// is current, a rollback when an older activation had it, else a
     /// deploy (the NixOS module's services.kix-operator.clusters).
@@ -120,6 +124,7 @@ pub async fn exec(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(args) => plan::exec(args, &cli.global).await,
         Command::Deploy(args) => deploy::exec(args, &cli.global).await,
         Command::Rollback(args) => rollback::exec(args, &cli.global).await,
+        Command::Push(args) => push::exec(args, &cli.global).await,
         Command::Declare(args) => declare::exec(args, &cli.global).await,
         Command::Gc(args) => gc::exec(args, &cli.global).await,
         Command::Status(args) => status::exec(args, &cli.global).await,

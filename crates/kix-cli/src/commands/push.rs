@@ -1,0 +1,172 @@
+//! `kix push`: publish a build's closure to a Nix binary cache, signed with
+//! the user's key. `kix deploy --operator` publishes the same way before it
+//! writes the record (see [`publish`]).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use clap::Args;
+use kix_manifest::{CacheSetting, CacheUrl, StorePath};
+use kix_nix::{Cache, PushProgress, PushReport, SigningKey};
+
+use super::GlobalArgs;
+use crate::source::SourceArgs;
+
+/// The environment variable naming the signing key file.
+pub const SIGN_KEY_ENV: &str = "KIX_SIGN_KEY_FILE";
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// The Kix cluster whose build is pushed (built as `kix build` does);
+    /// optional with --path.
+    #[arg(required_unless_present = "path")]
+    pub cluster: Option<String>,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// The binary cache to push to [default: the build's settings.cache.url]
+    #[arg(long, value_name = "URL")]
+    pub to: Option<String>,
+    #[command(flatten)]
+    pub key: SignKeyArgs,
+}
+
+/// The key a build is signed with in the cache.
+#[derive(Debug, Clone, Args)]
+pub struct SignKeyArgs {
+    /// A Nix secret key file (`nix key generate-secret --key-name NAME`)
+    /// that signs the pushed paths in the cache (default: $KIX_SIGN_KEY_FILE);
+    /// Nix reads it, kix only reads its name.
+    #[arg(long, value_name = "FILE", env = SIGN_KEY_ENV)]
+    pub sign_key: Option<PathBuf>,
+}
+
+impl SignKeyArgs {
+    /// The key, read from its file, if one was given.
+    pub fn key(&self) -> anyhow::Result<Option<SigningKey>> {
+        Ok(match &self.sign_key {
+            Some(file) => Some(SigningKey::from_file(file)?),
+            None => None,
+        })
+    }
+}
+
+pub async fn exec(args: PushArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
+    let key = args.key.key()?;
+    let (path, cache) = match &args.cluster {
+        Some(cluster) => {
+            let (path, build) = args.source.build_and_read(cluster, global, &[]).await?;
+            (path, build.settings.cache)
+        }
+        None => {
+            let dir = args.source.path.clone().unwrap_or_default();
+            let path = tokio::task::spawn_blocking(move || kix_nix::resolve_path(&dir)).await??;
+            let cache = kix_manifest::settings_hint(path.as_path()).and_then(|s| s.cache);
+            (path, cache)
+        }
+    };
+    let cache = match (&args.to, cache) {
+        (Some(url), setting) => Cache::new(
+            CacheUrl::parse(url)?,
+            setting.map(|s| s.public_keys).unwrap_or_default(),
+        ),
+        (None, Some(setting)) => cache_of(&setting),
+        (None, None) => bail!(
+            "{path} has no settings.cache: give the cache with --to URL, or set settings.cache = {{ url = \"...\"; }} in mkCluster"
+        ),
+    };
+    let report = publish(&path, &cache, key.as_ref(), !global.quiet).await?;
+    println!("{}", report_line(&path, &cache, &report, key.as_ref()));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The [`Cache`] a build's `settings.cache` names.
+pub fn cache_of(setting: &CacheSetting) -> Cache {
+    Cache::new(setting.url.clone(), setting.public_keys.clone())
+}
+
+/// Pushes the closure of `path` on a blocking thread, its progress on
+/// stderr (unless `show_progress` is false).
+pub async fn publish(
+    path: &StorePath,
+    cache: &Cache,
+    key: Option<&SigningKey>,
+    show_progress: bool,
+) -> anyhow::Result<PushReport> {
+    let (path, cache, key) = (path.clone(), cache.clone(), key.cloned());
+    let url = cache.url.to_string();
+    let report = tokio::task::spawn_blocking(move || {
+        cache.push(&path, key.as_ref(), &mut |event| {
+            if show_progress {
+                eprintln!("{}", progress_line(&url, &event));
+            }
+        })
+    })
+    .await??;
+    Ok(report)
+}
+
+fn progress_line(url: &str, event: &PushProgress) -> String {
+    match event {
+        PushProgress::Checked { closure, present } => {
+            format!("{url} has {present} of the build's {closure} paths")
+        }
+        PushProgress::Copying {
+            path,
+            number,
+            total,
+        } => format!("[{number}/{total}] copying {path}"),
+        PushProgress::Signing { paths } => {
+            format!("signing {paths} path(s) the cache has without this key's signature")
+        }
+    }
+}
+
+/// `pushed 3 paths (1.2 KiB) to URL, signed by NAME; 2 were there already`.
+pub fn report_line(
+    path: &StorePath,
+    cache: &Cache,
+    report: &PushReport,
+    key: Option<&SigningKey>,
+) -> String {
+    let signed = key
+        .map(|k| format!(", signed by {}", k.name()))
+        .unwrap_or_else(|| ", unsigned".to_owned());
+    let mut line = format!(
+        "pushed {path} to {}: {} path(s) sent ({}){signed}; {} already there",
+        cache.url,
+        report.paths_sent,
+        human_bytes(report.bytes_sent),
+        report.paths_present
+    );
+    if report.paths_signed > 0 {
+        line.push_str(&format!(", {} of them signed now", report.paths_signed));
+    }
+    line
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_bytes;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(human_bytes(0), "0 bytes");
+        assert_eq!(human_bytes(2048), "2.0 KiB");
+        assert_eq!(human_bytes(5 * 1024 * 1024 + 1), "5.0 MiB");
+    }
+}

@@ -1,0 +1,316 @@
+//! Where a build is published (#44, point 1): `kix deploy --operator` of a
+//! build whose `settings.cache` is set pushes the build's closure to that
+//! cache, signed with the user's key, before it writes the record, and the
+//! record says where its build comes from (`spec.source.cache`,
+//! `signedBy`). Real Nix (a build made with the Nix library and the
+//! host-tools builder), a real binary cache served over loopback HTTP
+//! (kix_testkit::cache_server), the real control plane and operator.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{Operator, Run, records, run};
+use kix_testkit::TestEnv;
+use kix_testkit::cache_server::CacheServer;
+
+fn nix(args: &[&str]) -> String {
+    let out = Command::new("nix")
+        .args(["--extra-experimental-features", "nix-command"])
+        .args(args)
+        .output()
+        .expect("nix runs");
+    assert!(
+        out.status.success(),
+        "nix {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// A secret key file named `name` in `dir`, and its public key.
+fn key_pair(dir: &Path, name: &str) -> (PathBuf, String) {
+    let secret = dir.join(format!("{name}.sec"));
+    std::fs::write(
+        &secret,
+        nix(&["key", "generate-secret", "--key-name", name]),
+    )
+    .expect("key");
+    let out = Command::new("nix")
+        .args(["--extra-experimental-features", "nix-command"])
+        .args(["key", "convert-secret-to-public"])
+        .stdin(std::fs::File::open(&secret).expect("open"))
+        .output()
+        .expect("nix runs");
+    (
+        secret,
+        String::from_utf8(out.stdout)
+            .expect("utf-8")
+            .trim()
+            .to_owned(),
+    )
+}
+
+/// A Nix file with `kixClusters.<cluster>`: one ConfigMap in `env`'s
+/// namespace that names two other store paths, so the build's closure is
+/// three input-addressed paths (which need signatures).
+fn cluster_file(dir: &Path, env: &TestEnv, cache_url: &str, public_key: &str) -> PathBuf {
+    let root = kix_testkit::repo_root();
+    let salt = kix_testkit::unique_name("salt");
+    let file = dir.join("clusters.nix");
+    std::fs::write(
+        &file,
+        format!(
+            r#"let
+  kix = import {root}/nix/default.nix {{ }};
+  pkgs = import {root}/nix/tests/host-tools.nix {{ }};
+  dep = name: pkgs.runCommand name {{ }} "echo {salt} > $out";
+  a = dep "kix-push-a";
+  b = dep "kix-push-b";
+in {{
+  kixClusters."{cluster}" = kix.lib.mkCluster {{
+    inherit pkgs;
+    name = "{cluster}";
+    packages.app = {{
+      version = "1";
+      namespace = "{namespace}";
+      resources = [ {{ apiVersion = "v1"; kind = "ConfigMap"; metadata.name = "published"; data = {{ a = "${{a}}"; b = "${{b}}"; }}; }} ];
+    }};
+    settings.cache = {{ url = "{cache_url}"; publicKeys = [ "{public_key}" ]; }};
+  }};
+}}
+"#,
+            root = root.display(),
+            cluster = env.cluster,
+            namespace = env.namespace,
+        ),
+    )
+    .expect("write clusters.nix");
+    file
+}
+
+/// The build's store path, built as kix builds it.
+fn build_path(file: &Path, cluster: &str) -> String {
+    let out = nix(&[
+        "build",
+        "--no-link",
+        "--json",
+        "--offline",
+        "-f",
+        file.to_str().expect("utf-8"),
+        &format!("kixClusters.\"{cluster}\""),
+    ]);
+    let built: serde_json::Value = serde_json::from_str(&out).expect("json");
+    built[0]["outputs"]["out"]
+        .as_str()
+        .expect("out path")
+        .to_owned()
+}
+
+/// `<hash>.narinfo`, the cache's file for `path`.
+fn narinfo_name(path: &str) -> String {
+    let base = path.trim_start_matches("/nix/store/");
+    format!("{}.narinfo", &base[..32])
+}
+
+fn narinfos(dir: &Path) -> Vec<String> {
+    let mut found: Vec<String> = std::fs::read_dir(dir)
+        .expect("cache dir")
+        .filter_map(|e| {
+            let path = e.expect("entry").path();
+            (path.extension()? == "narinfo").then(|| std::fs::read_to_string(&path).expect("read"))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// `kix <verb> CLUSTER --file F ...` as the admin, with `key` (if any) in
+/// KIX_SIGN_KEY_FILE.
+fn kix(scratch: &Path, key: Option<&Path>, args: &[&str]) -> Run {
+    let mut cmd = common::kix(&kix_testkit::kubeconfig_path(), &scratch.join("gcroots"));
+    cmd.env_remove("KIX_SIGN_KEY_FILE");
+    if let Some(key) = key {
+        cmd.env("KIX_SIGN_KEY_FILE", key);
+    }
+    run(cmd.args(args))
+}
+
+/// `nix store verify` of the closure of `path` in the cache at `url`,
+/// trusting `public_key` only: whether Nix accepts its signatures.
+fn verified(url: &str, path: &str, public_key: &str) -> bool {
+    Command::new("nix")
+        .args(["--extra-experimental-features", "nix-command"])
+        .args(["--option", "narinfo-cache-negative-ttl", "0"])
+        .args(["store", "verify", "--recursive", "--no-contents"])
+        .args(["--store", url, "--trusted-public-keys", public_key, path])
+        .status()
+        .expect("nix runs")
+        .success()
+}
+
+fn start_operator(env: &TestEnv, dir: &Path) -> Operator {
+    Operator::start(
+        &kix_testkit::kubeconfig_path(),
+        &[&env.cluster],
+        &env.namespace,
+        &format!("{}-op", env.cluster),
+        dir.join("operator.log"),
+        None,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_operator_publishes_the_signed_closure_and_the_record_names_the_cache() {
+    let env = TestEnv::new("push").await.expect("control plane");
+    common::tenancy::install_crds(&env);
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let dir = scratch.path();
+    let (secret, public) = key_pair(dir, "kix-push-1");
+    let (_, other_public) = key_pair(dir, "kix-other-1");
+    let cache_dir = dir.join("cache");
+    let server = CacheServer::start(&cache_dir).expect("cache server");
+    let file_url = format!("file://{}", cache_dir.display());
+    let file = cluster_file(dir, &env, &file_url, &public);
+    let file_arg = file.to_str().expect("utf-8");
+    let _operator = start_operator(&env, dir);
+
+    // A cache and no key: refused before anything is changed.
+    let out = kix(
+        dir,
+        None,
+        &[
+            "deploy",
+            &env.cluster,
+            "-f",
+            file_arg,
+            "--operator",
+            "--yes",
+        ],
+    );
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(
+        out.stderr.contains("--sign-key FILE") && out.stderr.contains(&file_url),
+        "{out}"
+    );
+    assert!(
+        records(&env.client, &env.cluster).await.is_empty(),
+        "no record"
+    );
+
+    let out = kix(
+        dir,
+        Some(&secret),
+        &[
+            "deploy",
+            &env.cluster,
+            "-f",
+            file_arg,
+            "--operator",
+            "--yes",
+        ],
+    );
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(out.stderr.contains("3 path(s) sent"), "{out}");
+    assert!(out.stderr.contains("[3/3] copying"), "progress: {out}");
+    let recs = records(&env.client, &env.cluster).await;
+    let record = recs.last().expect("a record");
+    assert_eq!(record.spec.source.cache.as_deref(), Some(file_url.as_str()));
+    assert_eq!(record.spec.source.signed_by.as_deref(), Some("kix-push-1"));
+
+    // The cache, read over HTTP, holds the closure signed by that key.
+    let path = &record.spec.source.path;
+    let infos = narinfos(&cache_dir);
+    assert_eq!(infos.len(), 3, "{infos:?}");
+    assert!(
+        infos.iter().all(|i| i.contains("\nSig: kix-push-1:")),
+        "{infos:?}"
+    );
+    assert!(
+        verified(&server.url, path, &public),
+        "signed by the trusted key"
+    );
+    assert!(
+        !verified(&server.url, path, &other_public),
+        "not by another"
+    );
+
+    // Pushed again: nothing is sent.
+    let out = kix(dir, Some(&secret), &["push", &env.cluster, "-f", file_arg]);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(
+        out.stdout
+            .contains("0 path(s) sent (0 bytes), signed by kix-push-1; 3 already there"),
+        "{out}"
+    );
+    assert_eq!(narinfos(&cache_dir), infos);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_push_writes_no_record_and_the_next_run_completes_it() {
+    let env = TestEnv::new("push-cut").await.expect("control plane");
+    common::tenancy::install_crds(&env);
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let dir = scratch.path();
+    let (secret, public) = key_pair(dir, "kix-push-2");
+    let cache_dir = dir.join("cache");
+    let server = CacheServer::start(&cache_dir).expect("cache server");
+    let file = cluster_file(dir, &env, &server.url, &public);
+    let file_arg = file.to_str().expect("utf-8");
+    let top = build_path(&file, &env.cluster);
+    let _operator = start_operator(&env, dir);
+
+    // The cache refuses the build's own narinfo: Nix sends its two
+    // dependencies first, then fails.
+    server.refuse(&narinfo_name(&top));
+    let deploy = [
+        "deploy",
+        &env.cluster,
+        "-f",
+        file_arg,
+        "--operator",
+        "--yes",
+    ];
+    let out = kix(dir, Some(&secret), &deploy);
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(
+        out.stderr
+            .contains(&format!("pushing {top} to {}", server.url))
+            && out.stderr.contains("nothing was recorded"),
+        "{out}"
+    );
+    assert!(
+        records(&env.client, &env.cluster).await.is_empty(),
+        "no record"
+    );
+    assert_eq!(narinfos(&cache_dir).len(), 2, "the dependencies went");
+
+    server.accept_all();
+    let out = kix(dir, Some(&secret), &deploy);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(
+        out.stderr.contains("1 path(s) sent") && out.stderr.contains("2 already there"),
+        "{out}"
+    );
+    let recs = records(&env.client, &env.cluster).await;
+    assert_eq!(recs.len(), 1, "one record");
+    assert_eq!(recs[0].spec.source.path, top);
+    assert_eq!(
+        recs[0].spec.source.cache.as_deref(),
+        Some(server.url.as_str())
+    );
+    assert_eq!(recs[0].spec.source.signed_by.as_deref(), Some("kix-push-2"));
+    assert!(verified(&server.url, &top, &public));
+
+    // kix push --path P --to URL: nothing left to send.
+    let uploads = server.uploads().len();
+    let out = kix(
+        dir,
+        Some(&secret),
+        &["push", "--path", &top, "--to", &server.url],
+    );
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(out.stdout.contains("0 path(s) sent"), "{out}");
+    assert_eq!(server.uploads().len(), uploads, "nothing uploaded");
+}
