@@ -2,8 +2,10 @@
 # the lease namespace, and the apply permissions (rbac.applyRules,
 # cluster-wide or in rbac.namespaces only), `impersonate` on the
 # ServiceAccounts it acts as (a Role in each one's namespace, by
-# resourceNames) and Leases in the lease namespace for those accounts (the
-# deploy Lease is taken acting as the tenant). With rbac.tenantsOnly, no
+# resourceNames) and Leases in each of those accounts' namespaces (the
+# deploy Lease is taken acting as the tenant, in its own namespace: no
+# tenant may write Leases where another's or the operator's leader Lease
+# lives). With rbac.tenantsOnly, no
 # apply permission: get/list/watch on applyRules' kinds, for the drift
 # watches. The fixed part
 # (ServiceAccount, token Secret, least privilege on kix's records) is
@@ -81,34 +83,38 @@ let
       (binding "RoleBinding" "kix-operator-impersonate" ns "Role")
     ]
   ) impersonatedNamespaces;
-  tenantLeases = lib.optionals (impersonated != [ ]) [
-    (
-      object "Role" "kix-tenant-leases" leaseNamespace
-      // {
-        rules = [
-          {
-            apiGroups = [ "coordination.k8s.io" ];
-            resources = [ "leases" ];
-            verbs = [ "get" "list" "watch" "create" "update" "patch" "delete" ];
-          }
-        ];
-      }
-    )
-    (
-      object "RoleBinding" "kix-tenant-leases" leaseNamespace
-      // {
-        subjects = map (a: {
-          kind = "ServiceAccount";
-          inherit (a) name namespace;
-        }) impersonated;
-        roleRef = {
-          apiGroup = "rbac.authorization.k8s.io";
-          kind = "Role";
-          name = "kix-tenant-leases";
-        };
-      }
-    )
-  ];
+  # Each account takes its deploy Lease in its own namespace.
+  tenantLeases = lib.concatMap (
+    ns:
+    [
+      (
+        object "Role" "kix-tenant-leases" ns
+        // {
+          rules = [
+            {
+              apiGroups = [ "coordination.k8s.io" ];
+              resources = [ "leases" ];
+              verbs = [ "get" "list" "watch" "create" "update" "patch" "delete" ];
+            }
+          ];
+        }
+      )
+      (
+        object "RoleBinding" "kix-tenant-leases" ns
+        // {
+          subjects = map (a: {
+            kind = "ServiceAccount";
+            inherit (a) name namespace;
+          }) (builtins.filter (a: a.namespace == ns) impersonated);
+          roleRef = {
+            apiGroup = "rbac.authorization.k8s.io";
+            kind = "Role";
+            name = "kix-tenant-leases";
+          };
+        }
+      )
+    ]
+  ) impersonatedNamespaces;
 in
 map (name: {
   apiVersion = "v1";

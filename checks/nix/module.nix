@@ -867,6 +867,7 @@ in
     "Role/kix-operator-impersonate:serviceaccounts:impersonate"
     "Role/kix-operator-impersonate:serviceaccounts:impersonate"
     "Role/kix-tenant-leases:leases:get,list,watch,create,update,patch,delete"
+    "Role/kix-tenant-leases:leases:get,list,watch,create,update,patch,delete"
   ] (writeRules tenantObjects);
   tenantsOnlyImpersonatesByName =
     let
@@ -892,10 +893,23 @@ in
     apply = find tenantObjects "ClusterRole" "kix-operator-apply";
     applyBindings = find tenantObjects "ClusterRoleBinding" "kix-operator-apply" ++ find tenantObjects "RoleBinding" "kix-operator-apply";
   };
-  # The tenants take the deploy Lease acting as themselves.
-  tenantLeaseSubjects = eq [ "team-a/kix" "team-b/deployer" ] (
-    map (s: "${s.namespace}/${s.name}") (one tenantObjects "RoleBinding" "kix-tenant-leases").subjects
-  );
+  # The tenants take the deploy Lease acting as themselves, each in its
+  # own namespace: none may write Leases where another's (or the
+  # operator's leader Lease) lives.
+  tenantLeaseSubjects =
+    let
+      bindingIn = ns: builtins.head (builtins.filter (o: o.kind == "RoleBinding" && o.metadata.name == "kix-tenant-leases" && o.metadata.namespace == ns) tenantObjects);
+      subjectsIn = ns: map (s: "${s.namespace}/${s.name}") (bindingIn ns).subjects;
+    in
+    eq {
+      team-a = [ "team-a/kix" ];
+      team-b = [ "team-b/deployer" ];
+      inLeaseNamespace = [ ];
+    } {
+      team-a = subjectsIn "team-a";
+      team-b = subjectsIn "team-b";
+      inLeaseNamespace = builtins.filter (o: o.metadata.name == "kix-tenant-leases" && o.metadata.namespace == "kube-system") tenantObjects;
+    };
   tenantNamespacesCreated = eq [ "team-a" "team-b" ] (namespacesOf tenantObjects);
   # The admission policy is a package of the bootstrap's Kix cluster:
   # `kix crds --tenants <the declaration>`, the policy and binding only.

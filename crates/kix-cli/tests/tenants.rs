@@ -425,18 +425,13 @@ fn tenant_rbac_reading(namespace: &str, account: &str, kinds: &[&str]) -> String
     };
     let mut items = vec![json!({"apiVersion": "v1", "kind": "ServiceAccount",
                                 "metadata": {"name": account, "namespace": namespace}})];
+    // Its deploy Leases in its own namespace, none anywhere else.
     items.extend(role(
         "Role",
         "kix-tenant",
         Some(namespace),
         json!([
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]),
-    ));
-    items.extend(role(
-        "Role",
-        &format!("kix-tenant-{namespace}"),
-        Some("kube-system"),
-        json!([
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["*"]}]),
     ));
     items.extend(role("ClusterRole", &format!("kix-tenant-{namespace}"), None, json!([
@@ -633,7 +628,8 @@ async fn the_operator_acts_for_each_record_as_its_account() {
     let _operator = common::Operator::start_with(
         &kix_testkit::kubeconfig_path(),
         &[&cluster_a, &cluster_b, &cluster_none],
-        // The deploy Leases go there too: the tenants may write Leases there.
+        // The leader Lease: no tenant may write there (each takes its deploy
+        // Lease in its own namespace).
         "kube-system",
         &kix_testkit::unique_name("lease"),
         dir.path().join("operator.log"),
@@ -833,7 +829,8 @@ async fn a_prune_the_tenant_may_not_perform_is_a_named_failed_deletion_not_a_loo
     let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": "kix-tenant", "namespace": env.namespace},
         "rules": [{"apiGroups": [""], "resources": ["configmaps"],
-                   "verbs": ["get", "list", "watch", "create", "update", "patch"]}]});
+                   "verbs": ["get", "list", "watch", "create", "update", "patch"]},
+                  {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["*"]}]});
     let file = dir.path().join("role.json");
     std::fs::write(&file, role.to_string()).expect("role");
     env.kubectl(&["apply", "-f", file.to_str().expect("utf8")])

@@ -252,11 +252,13 @@ pub async fn deploy(
     if kix_manifest::StorePath::parse(&plan.store_path).is_ok() {
         kix_nix::GcRoots::from_env().check_writable(&plan.cluster)?;
     }
+    // The account the build acts as holds the Lease in its namespace.
+    let account = crate::plan_value::declared_account(&build.settings);
     let lease = DeployLease::acquire(
         client.clone(),
         &plan.cluster,
         &options.holder,
-        options.lease.clone(),
+        options.lease.clone().for_account(account.as_ref()),
     )
     .await?;
     let result = match resealed(client, build, plan, options, moved).await {

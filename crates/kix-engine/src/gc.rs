@@ -767,18 +767,21 @@ impl GcReport {
     }
 }
 
-/// Carries out `plan`, holding the cluster's deploy Lease as `holder`.
+/// Carries out `plan`, holding the cluster's deploy Lease as `holder`,
+/// acting as `account` (the records' account; see
+/// [`LeaseOptions::for_account`]).
 pub async fn execute(
     client: &Client,
     plan: &GcPlan,
     roots: &GcRoots,
     holder: &str,
+    account: Option<&kix_api::ServiceAccountRef>,
 ) -> Result<GcReport> {
     let lease = DeployLease::acquire(
         client.clone(),
         &plan.cluster,
         holder,
-        LeaseOptions::default(),
+        LeaseOptions::default().for_account(account),
     )
     .await?;
     let result = match plan.again(client, roots).await {

@@ -11,6 +11,17 @@
 //! clients racing for the same Lease exactly one wins, the other gets a 409
 //! conflict and reports the winner.
 //!
+//! Where it lives (#50): a build that acts as a ServiceAccount takes it in
+//! that account's namespace, where only the account's team (and the
+//! platform) may write Leases; a build that acts with the caller's rights,
+//! in `--lease-namespace` (`kube-system`). So one team cannot hold another's
+//! deploy Lease, nor the operator's leader Lease, and the apiserver, not
+//! kix, says so. ([`LeaseOptions::for_account`]; a Lease of the layout
+//! before, `kube-system/kix-deploy-<cluster>` for every build, is ignored.)
+//!
+//! Kix labels the Leases it creates `app.kubernetes.io/managed-by: kix`; a
+//! held Lease without the label is reported as not a kix deploy.
+//!
 //! Every live holder blocks a new acquire, the same holder identity included:
 //! a deploy never assumes that an earlier one with its own name is finished.
 //! Holder identities are therefore meant to be unique per process (the CLI's
@@ -51,6 +62,20 @@ pub struct LeaseOptions {
     pub renew_every: Duration,
 }
 
+impl LeaseOptions {
+    /// Where a deploy acting as `account` takes its Lease: the account's
+    /// namespace; with the caller's rights (no account), `self.namespace`.
+    pub fn for_account(mut self, account: Option<&kix_api::ServiceAccountRef>) -> LeaseOptions {
+        if let Some(account) = account {
+            self.namespace.clone_from(&account.namespace);
+        }
+        self
+    }
+}
+
+/// The label kix puts on the Leases it creates, and its value.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kix");
+
 impl Default for LeaseOptions {
     fn default() -> Self {
         LeaseOptions {
@@ -65,7 +90,8 @@ impl Default for LeaseOptions {
 pub enum LeaseError {
     /// Someone else holds the Lease and renews it.
     #[error(
-        "Kix cluster {cluster:?} is being deployed by {holder} (lease {lease}, expires in {expires_in_secs}s)"
+        "Kix cluster {cluster:?} is being deployed by {holder} (lease {lease}, expires in {expires_in_secs}s){}",
+        if *by_kix { "" } else { "; kix did not create this Lease: whoever may write Leases in its namespace did" }
     )]
     Held {
         cluster: String,
@@ -74,6 +100,8 @@ pub enum LeaseError {
         lease: String,
         /// Seconds until the Lease expires unless its holder renews it.
         expires_in_secs: u64,
+        /// The Lease carries kix's label ([`MANAGED_BY`]).
+        by_kix: bool,
     },
     /// The Lease was ours and no longer is: someone else took it over, it was
     /// deleted, or renewal failed for longer than its duration.
@@ -157,6 +185,9 @@ impl DeployLease {
                         metadata: ObjectMeta {
                             name: Some(name.clone()),
                             namespace: Some(options.namespace.clone()),
+                            labels: Some(
+                                [(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned())].into(),
+                            ),
                             ..ObjectMeta::default()
                         },
                         spec: Some(LeaseSpec {
@@ -177,7 +208,7 @@ impl DeployLease {
                 }
                 Some(mut existing) => {
                     if let Some((current, expires_in)) = live_holder(&existing, now) {
-                        return Err(ctx.held(current, expires_in));
+                        return Err(ctx.held(current, expires_in, by_kix(&existing)));
                     }
                     // Released or expired: take it over, at the resourceVersion read.
                     let spec = existing.spec.get_or_insert_with(LeaseSpec::default);
@@ -437,6 +468,15 @@ fn live_holder(lease: &Lease, now: Timestamp) -> Option<(String, u64)> {
     Some((holder.to_owned(), expires_in))
 }
 
+fn by_kix(lease: &Lease) -> bool {
+    lease
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(MANAGED_BY.0))
+        .is_some_and(|value| value == MANAGED_BY.1)
+}
+
 struct Ctx<'a> {
     cluster: &'a str,
     lease: String,
@@ -450,12 +490,13 @@ impl Ctx<'_> {
         }
     }
 
-    fn held(&self, holder: String, expires_in_secs: u64) -> LeaseError {
+    fn held(&self, holder: String, expires_in_secs: u64, by_kix: bool) -> LeaseError {
         LeaseError::Held {
             cluster: self.cluster.to_owned(),
             holder,
             lease: self.lease.clone(),
             expires_in_secs,
+            by_kix,
         }
     }
 }
@@ -522,11 +563,38 @@ mod tests {
             holder: "alice@ci pid 42".to_owned(),
             lease: "kube-system/kix-deploy-prod".to_owned(),
             expires_in_secs: 12,
+            by_kix: true,
         };
         assert_eq!(
             err.to_string(),
             "Kix cluster \"prod\" is being deployed by alice@ci pid 42 (lease kube-system/kix-deploy-prod, expires in 12s)"
         );
+        let squatted = LeaseError::Held {
+            cluster: "prod".to_owned(),
+            holder: "mallory".to_owned(),
+            lease: "team-a/kix-deploy-prod".to_owned(),
+            expires_in_secs: 3600,
+            by_kix: false,
+        };
+        assert_eq!(
+            squatted.to_string(),
+            "Kix cluster \"prod\" is being deployed by mallory (lease team-a/kix-deploy-prod, expires in 3600s); \
+             kix did not create this Lease: whoever may write Leases in its namespace did"
+        );
+    }
+
+    #[test]
+    fn a_deploy_acting_as_an_account_takes_its_lease_in_the_accounts_namespace() {
+        let account = kix_api::ServiceAccountRef {
+            namespace: "team-a".to_owned(),
+            name: "kix".to_owned(),
+        };
+        let options = LeaseOptions::default();
+        assert_eq!(
+            options.clone().for_account(Some(&account)).namespace,
+            "team-a"
+        );
+        assert_eq!(options.for_account(None).namespace, "kube-system");
     }
 
     #[test]

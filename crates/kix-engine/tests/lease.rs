@@ -53,7 +53,9 @@ async fn a_second_acquire_fails_naming_the_holder() {
             holder,
             lease,
             expires_in_secs,
+            by_kix,
         } => {
+            assert!(by_kix, "kix labelled the Lease it created");
             assert_eq!(cluster, &env.cluster);
             assert_eq!(holder, "alice@ci pid 42");
             assert_eq!(
@@ -126,6 +128,44 @@ async fn release_lets_the_next_deploy_in_at_once() {
     assert_eq!(spec.lease_transitions, Some(1));
     second.check().expect("held");
     second.release().await;
+}
+
+/// A Lease someone else created (no kix label) and holds: the deploy stops
+/// naming the holder and saying kix did not create it; once it is not
+/// renewed past its duration, the next deploy takes it over.
+#[tokio::test]
+async fn a_lease_kix_did_not_create_is_named_and_taken_over_when_it_expires() {
+    let env = TestEnv::new("lease-squat").await.expect("test env");
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let squat: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": lease_name(&env.cluster), "namespace": env.namespace},
+        "spec": {"holderIdentity": "mallory", "leaseDurationSeconds": 3,
+                 "renewTime": now.to_string()}
+    }))
+    .expect("lease");
+    Api::<Lease>::namespaced(env.client.clone(), &env.namespace)
+        .create(&PostParams::default(), &squat)
+        .await
+        .expect("create the squatting Lease");
+    let opts = options(&env, Duration::from_secs(2), Duration::from_millis(500));
+    let err = DeployLease::acquire(env.client.clone(), &env.cluster, "kix", opts.clone())
+        .await
+        .expect_err("held by mallory");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "Kix cluster {:?} is being deployed by mallory (lease {}/{}, expires in 3s); \
+             kix did not create this Lease: whoever may write Leases in its namespace did",
+            env.cluster,
+            env.namespace,
+            lease_name(&env.cluster)
+        )
+    );
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let taken = DeployLease::acquire(env.client.clone(), &env.cluster, "kix", opts)
+        .await
+        .expect("take over the expired Lease");
+    taken.release().await;
 }
 
 #[tokio::test]

@@ -308,7 +308,7 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     }
     let drifted =
         plan.counts.create + plan.counts.update + plan.counts.delete + plan.counts.replace;
-    let options = deploy_options(ctx, &name, fresh, deletions, exact);
+    let options = deploy_options(ctx, &name, fresh, deletions, exact, acting.account.as_ref());
     if fresh {
         let applying = format!("applying {path}");
         event(ctx, &record, EventType::Normal, "Applying", applying).await;
@@ -553,6 +553,7 @@ fn deploy_options(
     fresh: bool,
     deletions: DeletionConsent,
     exact: Option<String>,
+    account: Option<&kix_api::ServiceAccountRef>,
 ) -> DeployOptions {
     DeployOptions {
         engine: kix_api::Engine::Operator,
@@ -573,10 +574,13 @@ fn deploy_options(
         upkeep: !fresh,
         record: Some(name.to_string()),
         holder: ctx.holder.clone(),
+        // The account acting for the record holds the deploy Lease in its
+        // namespace (a default account too, for a build naming none).
         lease: kix_engine::lease::LeaseOptions {
             namespace: ctx.lease_namespace.clone(),
             ..Default::default()
-        },
+        }
+        .for_account(account),
         receipt: ReceiptInfo {
             user: "kix-operator".into(),
             host: ctx.holder.clone(),

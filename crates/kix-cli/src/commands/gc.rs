@@ -138,7 +138,8 @@ pub async fn exec(args: GcArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
         return gc_with_operator(&client, &plan).await;
     }
     let holder = kix_engine::deploy::DeployOptions::default().holder;
-    let report = kix_engine::gc::execute(&client, &plan, &roots, &format!("{holder} (gc)")).await?;
+    let holder = format!("{holder} (gc)");
+    let report = kix_engine::gc::execute(&client, &plan, &roots, &holder, named.as_ref()).await?;
     // An object gc could not delete (refused) is reported, not waited for.
     let until = std::time::Instant::now()
         + if report.failed_objects.is_empty() {

@@ -42,8 +42,8 @@ pub fn apply_rbac(env: &kix_testkit::TestEnv, namespace: &str) {
         .expect("tenant RBAC");
 }
 
-/// ServiceAccount `namespace/kix`: it writes ConfigMaps in its namespace,
-/// kix's records and the deploy Leases, and reads what a plan reads
+/// ServiceAccount `namespace/kix`: it writes ConfigMaps and its deploy
+/// Leases in its namespace, kix's records, and reads what a plan reads
 /// (ConfigMaps, Namespaces, ClusterRoleBindings, CRDs cluster-wide);
 /// nothing else.
 pub fn rbac(namespace: &str) -> String {
@@ -63,17 +63,13 @@ pub fn rbac(namespace: &str) -> String {
     };
     let mut items = vec![json!({"apiVersion": "v1", "kind": "ServiceAccount",
                                 "metadata": {"name": "kix", "namespace": namespace}})];
+    // Its deploy Leases in its own namespace, none anywhere else.
     items.extend(role(
         "Role",
         "kix-tenant",
         Some(namespace),
-        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]),
-    ));
-    items.extend(role(
-        "Role",
-        &format!("kix-tenant-{namespace}"),
-        Some("kube-system"),
-        json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["*"]}]),
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]},
+               {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["*"]}]),
     ));
     items.extend(role(
         "ClusterRole",
