@@ -1,7 +1,8 @@
 //! A tenant's health rules cannot stop the operator (#50, points 1 and 2):
 //! two tenants granted what docs/operator.md grants, one operator run as a
 //! process. Tenant a's records name builds whose rules would crash or stall
-//! a reader without bounds (a 20,000-term sum, a 20,000-link chain), and one
+//! a reader without bounds (a 20,000-term sum, a 20,000-link chain, ten
+//! nested `all()`: 10^10 steps), and one
 //! whose rule passes the estimate but runs for seconds (a regex compiled
 //! per item). Each ends with the limit named; meanwhile tenant b's records
 //! go Active within 5 s and /healthz answers.
@@ -29,6 +30,16 @@ fn patterns() -> String {
             "  p{i}: '^(a{{1,{}}}b|c[d-z]{{2,90}}){{1,30}}$'\n",
             50 + i
         ));
+    }
+    text
+}
+
+/// `depth` nested `all()` over a ten-item list.
+fn nested_all(depth: usize) -> String {
+    let list = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]";
+    let mut text = "true".to_owned();
+    for level in 0..depth {
+        text = format!("{list}.all(x{level}, {text})");
     }
     text
 }
@@ -131,6 +142,12 @@ async fn a_tenants_health_rule_cannot_stop_the_operator() {
             "chain",
             format!("self{} == 1", ".a".repeat(20_000)),
             "over the limit of 4096",
+        ),
+        // Ten nested all() over ten items: 10^10 steps.
+        (
+            "nested",
+            nested_all(10),
+            "estimated cost over the limit of 1000000",
         ),
     ];
     for (what, current, limit) in crashing {
