@@ -4,8 +4,13 @@
 #   (import ./nix { }).lib.mkCluster # the same, spelled through `lib`
 #
 # The library needs no arguments: `mkCluster` takes `pkgs` itself.
+# `mkOperatorInstall` (./operator-install.nix) is the operator installed in
+# any Kubernetes cluster, a mkCluster build.
 { ... }:
 let
-  lib = import ./lib.nix;
+  base = import ./lib.nix;
+  lib = base // {
+    mkOperatorInstall = import ./operator-install.nix { kixLib = base; };
+  };
 in
 lib // { inherit lib; }

@@ -1,0 +1,261 @@
+//! The in-cluster install (#44, point 3): `kix.lib.mkOperatorInstall`, built
+//! with the Nix library and nix/tests' host-tools builder, passes
+//! `kix validate` and deploys with `kix deploy` on the real control plane:
+//! the store's PersistentVolumeClaim is Bound, the Deployment's two replicas
+//! are scheduled on a KWOK node, with the own-store, leader-election and
+//! cache flags and the /healthz and /readyz probes.
+//!
+//! The install's objects have fixed names (Namespace kix-system, ClusterRoles
+//! kix-operator and kix-operator-apply): this test owns them while it runs
+//! and deletes them at the end. Its Kix cluster, PersistentVolume and
+//! StorageClass name are its own.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Run, poll, run};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use kix_testkit::TestEnv;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+
+const IMAGE: &str = "kix-operator:install-test";
+const CACHE: &str = "https://cache.example.org";
+const CACHE_KEY: &str = "cache.example.org-1:rmMnRv4vnmd5pO7Wj9UmrJ7uzRDa3T+9G1xhLyEGmmY=";
+
+/// A Nix file whose value is the install, as a user's flake would call it.
+fn install_file(dir: &Path, cluster: &str, storage_class: &str) -> std::path::PathBuf {
+    let file = dir.join("install.nix");
+    std::fs::write(
+        &file,
+        format!(
+            r#"let
+  kix = import {root}/nix {{ }};
+  pkgs = import {root}/nix/tests/host-tools.nix {{ }};
+in
+kix.lib.mkOperatorInstall {{
+  inherit pkgs;
+  name = "{cluster}";
+  image = "{IMAGE}";
+  storageClassName = "{storage_class}";
+  storageSize = "1Gi";
+  substituters = [ "{CACHE}" ];
+  trustedPublicKeys = [ "{CACHE_KEY}" ];
+}}
+"#,
+            root = kix_testkit::repo_root().display(),
+        ),
+    )
+    .expect("write install.nix");
+    file
+}
+
+fn nix_build(file: &Path) -> String {
+    let out = Command::new("nix-build")
+        .args(["--no-out-link", "--option", "substituters", ""])
+        .arg(file)
+        .output()
+        .expect("nix runs");
+    assert!(
+        out.status.success(),
+        "nix build {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_owned()
+}
+
+/// A volume for the store's claim: the test control plane has no
+/// provisioner, so the PersistentVolume controller binds it to this one.
+async fn create_volume(client: &Client, name: &str) {
+    let volume: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": name,
+            "persistentVolumeReclaimPolicy": "Delete",
+            "hostPath": {"path": format!("/tmp/{name}")},
+        }
+    }))
+    .expect("volume");
+    Api::<PersistentVolume>::all(client.clone())
+        .create(&PostParams::default(), &volume)
+        .await
+        .expect("create the PersistentVolume");
+}
+
+/// kix-system from an earlier run that was interrupted is gone first.
+async fn wait_until_gone(client: &Client) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    poll(
+        "namespace kix-system gone",
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || {
+            let namespaces = namespaces.clone();
+            async move {
+                match namespaces.get_opt("kix-system").await.expect("get") {
+                    None => Some(()),
+                    Some(_) => None,
+                }
+            }
+        },
+    )
+    .await;
+}
+
+/// Deletes what the install created (and the test's volume and records).
+async fn clean_up(client: &Client, cluster: &str, volume: &str) {
+    let dp = DeleteParams::default();
+    for (kind, name) in [
+        ("clusterrolebinding", "kix-operator"),
+        ("clusterrole", "kix-operator"),
+        ("clusterrolebinding", "kix-operator-apply"),
+        ("clusterrole", "kix-operator-apply"),
+        ("namespace", "kix-system"),
+    ] {
+        let _ = kix_testkit::kubectl_output(&["delete", kind, name, "--ignore-not-found"]);
+    }
+    let selector = format!("kix.run/cluster={cluster}");
+    let _ = kix_testkit::kubectl_output(&[
+        "delete",
+        "activations.kix.run,packageinstances.kix.run",
+        "-l",
+        &selector,
+        "--ignore-not-found",
+    ]);
+    let _ = Api::<PersistentVolume>::all(client.clone())
+        .delete(volume, &dp)
+        .await;
+}
+
+fn assert_deployment(deployment: &Deployment) {
+    let spec = deployment.spec.as_ref().expect("spec");
+    assert_eq!(spec.replicas, Some(2), "two replicas");
+    let pod = spec.template.spec.as_ref().expect("pod spec");
+    assert_eq!(pod.service_account_name.as_deref(), Some("kix-operator"));
+    let container = &pod.containers[0];
+    assert_eq!(container.image.as_deref(), Some(IMAGE));
+    let args = container.args.clone().unwrap_or_default();
+    for arg in [
+        "--store=local?root=/var/lib/kix",
+        "--lease-namespace=kix-system",
+        "--leader-lease=kix-operator",
+        &format!("--substituter={CACHE}"),
+        &format!("--trusted-public-key={CACHE_KEY}"),
+    ] {
+        assert!(args.iter().any(|a| a == arg), "{arg} in {args:?}");
+    }
+    let path = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
+        probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .and_then(|h| h.path.clone())
+    };
+    assert_eq!(path(&container.liveness_probe).as_deref(), Some("/healthz"));
+    assert_eq!(path(&container.readiness_probe).as_deref(), Some("/readyz"));
+    let mounts = container.volume_mounts.clone().unwrap_or_default();
+    assert!(
+        mounts.iter().any(|m| m.mount_path == "/var/lib/kix"),
+        "the store's volume at /var/lib/kix: {mounts:?}"
+    );
+    // No host store, no daemon socket.
+    let volumes = pod.volumes.clone().unwrap_or_default();
+    assert!(volumes.iter().all(|v| v.host_path.is_none()), "{volumes:?}");
+}
+
+/// The replicas' nodes: each a KWOK node, one node for both (the store's
+/// ReadWriteOnce volume).
+async fn assert_pods_on_kwok(client: &Client, cluster: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kix-system");
+    let selector = format!("app.kubernetes.io/instance={cluster}");
+    let nodes: Vec<String> = poll(
+        "two scheduled kix-operator pods",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || {
+            let pods = pods.clone();
+            let selector = selector.clone();
+            async move {
+                let list = pods
+                    .list(&ListParams::default().labels(&selector))
+                    .await
+                    .ok()?;
+                let nodes: Vec<String> = list
+                    .items
+                    .iter()
+                    .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                    .collect();
+                (nodes.len() == 2).then_some(nodes)
+            }
+        },
+    )
+    .await;
+    let node_api: Api<Node> = Api::all(client.clone());
+    for node in &nodes {
+        let labels = node_api.get(node).await.expect("node").metadata.labels;
+        assert_eq!(
+            labels.unwrap_or_default().get("type").map(String::as_str),
+            Some("kwok"),
+            "pod on {node}, a KWOK node"
+        );
+    }
+    assert_eq!(nodes[0], nodes[1], "both replicas on the store's node");
+}
+
+async fn check_deployed(client: Client, cluster: String, deploy: Run) {
+    assert_eq!(deploy.code, Some(0), "{deploy}");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "kix-system");
+    let claim = claims
+        .get("kix-operator-store")
+        .await
+        .expect("the store's claim");
+    let phase = claim.status.and_then(|s| s.phase);
+    assert_eq!(phase.as_deref(), Some("Bound"), "the store's claim");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kix-system");
+    assert_deployment(&deployments.get("kix-operator").await.expect("deployment"));
+    assert_pods_on_kwok(&client, &cluster).await;
+}
+
+#[tokio::test]
+async fn the_in_cluster_install_validates_and_deploys() {
+    let env = TestEnv::new("install").await.expect("control plane");
+    let cluster = env.cluster.clone();
+    let volume = kix_testkit::unique_name("kix-install-store");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = nix_build(&install_file(dir.path(), &cluster, &volume));
+
+    let validate = run(Command::new(common::kix_bin()).args(["validate", "--path", &path]));
+    assert_eq!(validate.code, Some(0), "{validate}");
+    assert!(validate.stdout.contains("valid"), "{validate}");
+
+    wait_until_gone(&env.client).await;
+    create_volume(&env.client, &volume).await;
+    let gcroots = dir.path().join("gcroots");
+    let deploy: Run = run(
+        common::kix(&kix_testkit::kubeconfig_path(), &gcroots).args([
+            "deploy",
+            &cluster,
+            "--path",
+            &path,
+            "--yes",
+            "--timeout",
+            "120s",
+        ]),
+    );
+    // Checked on a task of its own, so a failure still cleans up.
+    let outcome = tokio::spawn(check_deployed(env.client.clone(), cluster.clone(), deploy)).await;
+    clean_up(&env.client, &cluster, &volume).await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic.into_panic());
+    }
+}
