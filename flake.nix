@@ -1,7 +1,8 @@
 # kix: deploy the Kubernetes manifest trees that Nix builds.
 #
 # Outputs (see docs/nix.md for each one and for which checks need nixpkgs):
-#   packages.<system>.{kix, kix-operator, operator-image, crds, default}
+#   packages.<system>.{kix, kix-operator, operator-image, crds, default,
+#                      operator-image-own-store, operator-manifests}
 #   apps.<system>.{kix, default}
 #   lib                       the Nix library (lib.mkCluster), from ./nix
 #   nixosModules.{kix-operator, default}
@@ -123,6 +124,20 @@
             cp ${./deploy/crds.yaml} $out
           '';
           operator-image = pkgs.callPackage ./images/operator.nix { inherit kix-operator; };
+          # For clusters whose nodes have no Nix: the operator's own store
+          # on a volume (images/operator.nix, ownStore).
+          operator-image-own-store = pkgs.callPackage ./images/operator.nix {
+            inherit kix-operator;
+            ownStore = true;
+          };
+          # The in-cluster install of that image, a Kix cluster (kix deploy
+          # kix-operator --path ...). The tag is the image's output hash;
+          # push the image under this name, or call lib.mkOperatorInstall
+          # with your registry's reference.
+          operator-manifests = (import ./nix { }).mkOperatorInstall {
+            inherit pkgs;
+            image = "${operator-image-own-store.imageName}:${operator-image-own-store.imageTag}";
+          };
         };
     in
     {
@@ -136,6 +151,8 @@
             kix
             kix-operator
             operator-image
+            operator-image-own-store
+            operator-manifests
             crds
             ;
           default = p.kix;

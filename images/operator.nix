@@ -16,7 +16,16 @@
 # (system.extraDependencies); on another host, copy their closures into the
 # host store first (`nix copy`, or build the same flake output there).
 #
-# Mounts the operator expects:
+# Own-store mode (`ownStore = true`; the flake's operator-image-own-store,
+# the default for clusters whose nodes have no Nix: EKS, GKE, AKS, ...): the
+# operator keeps the builds it deploys in a store of its own,
+# `local?root=/var/lib/kix` (KIX_STORE; kix-operator --store), fetched from
+# the binary caches it is given (--substituter, --trusted-public-key), and
+# its GC roots there. Nothing of the host is mounted: /var/lib/kix is a
+# volume (kix.lib.mkOperatorInstall: a PersistentVolumeClaim), the image's
+# own /nix/store stays visible and runs the operator.
+#
+# Mounts the operator expects in host-store mode (the default):
 #   /nix/store                    host store, read-only
 #   /nix/var/nix/daemon-socket    host nix-daemon socket directory
 #   /nix/var/nix/gcroots/kix      GC roots directory, same path on the host
@@ -34,6 +43,8 @@
   uid ? 65532,
   gid ? 65532,
   userName ? "kix",
+  # true: the operator's own store under /var/lib/kix (see the top).
+  ownStore ? false,
 }:
 let
   passwd = dockerTools.fakeNss.override {
@@ -42,6 +53,18 @@ let
     ];
     extraGroupLines = [ "${userName}:x:${toString gid}:" ];
   };
+
+  storeRoot = "/var/lib/kix";
+  # Where the operator's store lives: the host's through its daemon, or
+  # its own under storeRoot (GC roots inside it, the operator's default).
+  storeEnv =
+    if ownStore then
+      [ "KIX_STORE=local?root=${storeRoot}" ]
+    else
+      [
+        "NIX_REMOTE=daemon"
+        "KIX_GCROOTS_DIR=/nix/var/nix/gcroots/kix"
+      ];
 
   # Everything the image's root refers to; see the comment at the top.
   storeRoots = [
@@ -61,13 +84,17 @@ let
       chmod 1777 ./tmp
       chown ${toString uid}:${toString gid} ./home/${userName}
       chmod 0700 ./home/${userName}
+    ''
+    # The store's mount point, the user's even without a volume.
+    + lib.optionalString ownStore ''
+      mkdir -p .${storeRoot}
+      chown ${toString uid}:${toString gid} .${storeRoot}
     '';
     config = {
       Entrypoint = [ "${kix-operator}/bin/kix-operator" ];
       User = "${toString uid}:${toString gid}";
       WorkingDir = "/home/${userName}";
-      Env = [
-        "NIX_REMOTE=daemon"
+      Env = storeEnv ++ [
         "SSL_CERT_FILE=${cacert}/etc/ssl/certs/ca-bundle.crt"
         "PATH=${
           lib.makeBinPath [
@@ -79,7 +106,6 @@ let
         # Writable even with a read-only root filesystem (podman --read-only
         # mounts a tmpfs on /tmp).
         "XDG_CACHE_HOME=/tmp/.cache"
-        "KIX_GCROOTS_DIR=/nix/var/nix/gcroots/kix"
       ];
       # --metrics-addr: /metrics, /healthz, /readyz
       ExposedPorts."8080/tcp" = { };
@@ -94,12 +120,12 @@ let
     };
   };
 in
-# `storeRoots`, `uid` and `gid` are what a runner of the image needs to know
-# (the NixOS module reads them); the image itself is unchanged.
+# `storeRoots`, `uid`, `gid` and `ownStore` are what a runner of the image
+# needs to know (the NixOS module reads them); the image itself is unchanged.
 image
 // {
-  inherit storeRoots uid gid;
+  inherit storeRoots uid gid ownStore;
   passthru = (image.passthru or { }) // {
-    inherit storeRoots uid gid;
+    inherit storeRoots uid gid ownStore;
   };
 }

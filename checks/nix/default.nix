@@ -119,8 +119,15 @@ in
     kix
     kix-operator
     operator-image
+    operator-image-own-store
     crds
     ;
+  # The in-cluster install builds and passes kix validate.
+  operator-manifests = self.lib.checkCluster {
+    inherit pkgs;
+    cluster = packages.operator-manifests;
+    kix = packages.kix;
+  };
 
   cargo-fmt = pkgs.runCommand "kix-cargo-fmt" {
     nativeBuildInputs = [

@@ -21,6 +21,18 @@ let
   image = packages.operator-image;
   imageArgs = image.stubArgs;
   env = imageArgs.config.Env;
+  imageMode =
+    img:
+    let
+      e = img.stubArgs.config.Env;
+    in
+    {
+      inherit (img) ownStore;
+      daemon = builtins.elem "NIX_REMOTE=daemon" e;
+      gcroots = builtins.any (lib.hasPrefix "KIX_GCROOTS_DIR=") e;
+      kixStore = builtins.elem "KIX_STORE=local?root=/var/lib/kix" e;
+      storeDir = has "chown 65532:65532 ./var/lib/kix" img.stubArgs.fakeRootCommands;
+    };
   cargoToml = builtins.fromTOML (builtins.readFile ../../Cargo.toml);
   flakeNix = import ../../flake.nix;
   namesPerSystem = output: map (s: sorted (builtins.attrNames output.${s})) systems;
@@ -65,6 +77,8 @@ in
       "kix"
       "kix-operator"
       "operator-image"
+      "operator-image-own-store"
+      "operator-manifests"
     ]
     [
       "crds"
@@ -72,6 +86,8 @@ in
       "kix"
       "kix-operator"
       "operator-image"
+      "operator-image-own-store"
+      "operator-manifests"
     ]
   ] (namesPerSystem self.packages);
   defaultPackageIsKix = eq kix.outPath packages.default.outPath;
@@ -159,6 +175,62 @@ in
   );
   imageStoreRootsAreItsContents = eq (map (c: c.outPath) imageArgs.contents) (map (c: c.outPath) image.storeRoots);
   imageHomeOwnedByTheUser = ok (has "chown 65532:65532 ./home/kix" imageArgs.fakeRootCommands);
+  imageHostStoreMode = eq {
+    ownStore = false;
+    daemon = true;
+    gcroots = true;
+    kixStore = false;
+    storeDir = false;
+  } (imageMode image);
+
+  # Own-store mode: no daemon, its store under /var/lib/kix (KIX_STORE),
+  # the GC roots inside it (no KIX_GCROOTS_DIR), the mount point the user's.
+  ownStoreImage = eq {
+    ownStore = true;
+    daemon = false;
+    gcroots = false;
+    kixStore = true;
+    storeDir = true;
+  } (imageMode packages.operator-image-own-store);
+  ownStoreImageSameEntrypointAndUser = eq {
+    inherit (imageArgs.config) Entrypoint User;
+    storeRoots = map (c: c.outPath) image.storeRoots;
+  } {
+    inherit (packages.operator-image-own-store.stubArgs.config) Entrypoint User;
+    storeRoots = map (c: c.outPath) packages.operator-image-own-store.storeRoots;
+  };
+
+  # The in-cluster install names the own-store image (name:tag) and runs
+  # it with its store on the volume and its leader Lease in kix-system.
+  operatorManifests =
+    let
+      manifests = packages.operator-manifests;
+      firstKind = (builtins.head manifests.packages.operator.resources).kind;
+      deployment = builtins.head (builtins.filter (r: r.kind == "Deployment") manifests.packages.operator.resources);
+      c = builtins.head deployment.spec.template.spec.containers;
+    in
+    eq {
+      cluster = "kix-operator";
+      order = [
+        "rbac"
+        "operator"
+      ];
+      first = "PersistentVolumeClaim";
+      image = "kix-operator:stand-in-tag";
+      replicas = 2;
+      args = [
+        "--store=local?root=/var/lib/kix"
+        "--lease-namespace=kix-system"
+        "--leader-lease=kix-operator"
+        "--metrics-addr=0.0.0.0:8080"
+      ];
+    } {
+      inherit (manifests) cluster;
+      order = manifests.packageOrder;
+      first = firstKind;
+      inherit (c) image args;
+      inherit (deployment.spec) replicas;
+    };
 
   apps = eq [
     [
@@ -212,6 +284,8 @@ in
     "nixos-example-eval"
     "nixos-module-eval"
     "operator-image"
+    "operator-image-own-store"
+    "operator-manifests"
     "vm-test"
     "vm-test-host"
   ] (builtins.attrNames self.checks.${system});
