@@ -137,3 +137,81 @@ async fn with_the_operator_running_a_finished_job_is_not_run_again() {
     let log = std::fs::read_to_string(kix.dir.path().join("operator.log")).unwrap_or_default();
     assert!(!job_exists(&kix), "operator log:\n{log}");
 }
+
+/// ingress-nginx's published manifest (the shared corpus, read at run time),
+/// its documents of `kind` named `ingress-nginx-admission*`, moved into the
+/// test's namespace.
+fn ingress_nginx_admission(kix: &Kix, kind: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/corpus/realworld/ingress-nginx/deploy.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let documents: Vec<String> = text
+        .split("\n---\n")
+        .filter(|d| d.contains(&format!("\nkind: {kind}\n")))
+        .filter(|d| d.contains("name: ingress-nginx-admission"))
+        .map(|d| {
+            let d = d.trim_start_matches("---\n");
+            format!(
+                "---\n{}\n",
+                d.replace(
+                    "namespace: ingress-nginx",
+                    &format!("namespace: {}", kix.ns())
+                )
+            )
+        })
+        .collect();
+    assert!(!documents.is_empty(), "no {kind} in {}", path.display());
+    documents.concat()
+}
+
+/// A Deployment that is Available only 20 s after its Pod is Ready: a
+/// neighbour slower than a TTL-0 Job.
+fn slow_deployment(name: &str) -> String {
+    cli_support::deployment(name, true).replace(
+        "spec:\n  replicas: 1\n",
+        "spec:\n  replicas: 1\n  minReadySeconds: 20\n",
+    )
+}
+
+#[tokio::test]
+async fn ingress_nginx_admission_jobs_deploy_the_first_time_beside_slow_neighbours() {
+    let kix = Kix::new("jobs-ttl0").await;
+    let jobs = ingress_nginx_admission(&kix, "Job");
+    assert_eq!(
+        jobs.matches("ttlSecondsAfterFinished: 0").count(),
+        2,
+        "{jobs}"
+    );
+    let objects =
+        ingress_nginx_admission(&kix, "ServiceAccount") + &jobs + &slow_deployment("controller");
+    let tree = kix.tree("v1", &objects, serde_json::json!({}));
+    let started = Instant::now();
+    let run = kix.deploy(&tree, &["--timeout", "150s"]);
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    // Bound: the neighbour's 20 s and the Jobs' runs, far below the timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "took {:?}",
+        started.elapsed()
+    );
+    let records = kix.records().await;
+    let phase = records.last().and_then(|r| r.phase());
+    assert_eq!(phase, Some(kix_api::Phase::Active), "{}", run.stdout);
+
+    // Both finished Jobs are remembered: the next deploy does not create them.
+    let plan = kix.kix(&[
+        "plan",
+        kix.cluster(),
+        "--path",
+        tree.to_str().expect("utf-8"),
+        "--exit-code",
+    ]);
+    assert_eq!(plan.code, Some(0), "{}", plan.stdout);
+    assert_eq!(
+        plan.stdout.matches("unchanged (completed)").count(),
+        2,
+        "{}",
+        plan.stdout
+    );
+}

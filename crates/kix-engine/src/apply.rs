@@ -3,7 +3,7 @@
 //! what it did ([`ChangeSet`]) and reads only its own settings
 //! ([`ApplyStage`]), never the deploy's options or state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
@@ -18,7 +18,7 @@ use crate::order::Group;
 use crate::ownership;
 use crate::plan::{api_for, applied_manifest};
 use crate::plan_object::{Action, PlannedObject};
-use crate::wait::{WaitOptions, WaitTarget, wait_healthy};
+use crate::wait::{Applied, WaitOptions, WaitTarget, wait_healthy};
 
 /// What the apply stage reads: its own settings, made by the deploy.
 pub(crate) struct ApplyStage<'a> {
@@ -80,15 +80,21 @@ async fn apply_and_wait<'p>(
     }
     let started = Instant::now();
     let (ranks, mut changes) = apply_ranks(stage, group, writes, permits).await;
+    let mut applied = HashMap::new();
     let ok = match ranks {
         Ranks::Stopped => return (false, changes),
         Ranks::Done { ok, unready } => {
-            to_wait.extend(unready);
+            for (target, version) in unready {
+                if let Some(version) = version {
+                    applied.insert(target.clone(), version);
+                }
+                to_wait.push(target);
+            }
             ok
         }
     };
     if !to_wait.is_empty() {
-        let (healthy, waited) = wait_group(stage, group, to_wait, quiet).await;
+        let (healthy, waited) = wait_group(stage, group, to_wait, applied, quiet).await;
         changes.merge(waited);
         if !healthy {
             return (false, changes);
@@ -156,8 +162,12 @@ enum Ranks {
     /// An apply failed and `--on-error` is not `continue`.
     Stopped,
     /// Every rank was applied; `ok` is false when an apply failed.
-    /// `unready`: applied objects not healthy yet.
-    Done { ok: bool, unready: Vec<WaitTarget> },
+    /// `unready`: applied objects not healthy yet, with what the apply
+    /// returned (the wait judges them by it should they vanish).
+    Done {
+        ok: bool,
+        unready: Vec<(WaitTarget, Option<Applied>)>,
+    },
 }
 
 /// Applies a group's writes rank by rank, bounded parallel inside a rank,
@@ -182,7 +192,7 @@ async fn apply_ranks<'p>(
             .await;
         for (d, p, result) in results {
             match result {
-                Ok(ready) => {
+                Ok((ready, version)) => {
                     if p.action == Action::Create {
                         changes.created.push(&d.key);
                     } else {
@@ -199,7 +209,7 @@ async fn apply_ranks<'p>(
                     if ready {
                         changes.healthy += 1;
                     } else {
-                        unready.push(wait_target(d));
+                        unready.push((wait_target(d), version));
                     }
                 }
                 Err(error) => {
@@ -231,6 +241,7 @@ async fn wait_group(
     stage: &ApplyStage<'_>,
     group: &Group,
     to_wait: Vec<WaitTarget>,
+    applied: HashMap<WaitTarget, Applied>,
     quiet: bool,
 ) -> (bool, ChangeSet<'static>) {
     let mut changes = ChangeSet::default();
@@ -249,6 +260,7 @@ async fn wait_group(
         timeout,
         fail_fast_on_degraded: true,
         rules: stage.rules.clone(),
+        applied,
         ..WaitOptions::default()
     };
     match wait_healthy(client.clone(), to_wait, wait_options).await {
@@ -334,17 +346,19 @@ async fn apply_tagged<'a>(
 ) -> (
     &'a Desired,
     &'a PlannedObject,
-    std::result::Result<bool, String>,
+    std::result::Result<(bool, Option<Applied>), String>,
 ) {
     // Held for the apply: bounds the applies in flight across groups.
     let _permit = permits.acquire().await;
-    // Only whether it is ready is kept: the applied object (managedFields
-    // and all) is dropped here, not held until its whole batch is applied.
+    // Only whether it is ready, its uid and its version are kept: the
+    // applied object (managedFields and all) is dropped here, not held
+    // until its whole batch is applied.
     // Judged by the build's rules too: an object kstatus calls ready may
     // not be by its rule, and is then waited for.
-    let ready = apply_one(stage, d, p)
-        .await
-        .map(|applied| stage.rules.judge(&applied).health.is_ready());
+    let ready = apply_one(stage, d, p).await.map(|applied| {
+        let ready = stage.rules.judge(&applied).health.is_ready();
+        (ready, Applied::of(&applied))
+    });
     (d, p, ready)
 }
 

@@ -11,7 +11,16 @@
 //! unschedulable Pod turns Degraded after [`crate::health::SCHEDULE_WINDOW`]).
 //!
 //! An object that does not exist (not yet, or deleted while waiting) is
-//! Progressing with reason `not found`. The wait ends when every target is
+//! Progressing with reason `not found`, unless the caller applied it
+//! ([`WaitOptions::applied`]): such an object, once deleted, is not waited
+//! for again. A Job or a Pod counts by the outcome it reached before it was
+//! deleted (a TTL, a Helm `hook-succeeded` policy or a person may remove it
+//! as soon as it finished), read from the deletion event, or, when it was
+//! gone before the wait began, from a watch that replays its history from
+//! the applied `resourceVersion`; with no outcome it is Degraded ("deleted
+//! before it finished; kix saw no outcome"). Any other kind deleted while
+//! waited for is Degraded at once: nothing brings it back, so waiting until
+//! the timeout would only delay the same failure. The wait ends when every target is
 //! Ready, when one is Degraded (with [`WaitOptions::fail_fast_on_degraded`]),
 //! or at the timeout; the [`WaitReport`] then gives every target's last
 //! reason.
@@ -20,10 +29,11 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use futures::stream::{self, BoxStream, StreamExt};
+use futures::future::BoxFuture;
+use futures::stream::{self, BoxStream, FuturesUnordered, StreamExt};
 use kix_manifest::{GroupKind, group_kind};
 use kube::Client;
-use kube::api::{Api, DynamicObject, ListParams, Resource};
+use kube::api::{Api, DynamicObject, ListParams, Resource, WatchEvent, WatchParams};
 use kube::discovery::ApiResource;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -34,6 +44,17 @@ use crate::health::{Health, Rules};
 
 /// The reason of an object that does not exist.
 pub const NOT_FOUND: &str = "not found";
+
+/// The reason of a run-to-completion object (Job, Pod) deleted before kix
+/// saw it finish.
+pub const DELETED_UNFINISHED: &str = "deleted before it finished; kix saw no outcome";
+
+/// The reason of any other applied object deleted while waited for.
+pub const DELETED_WHILE_WAITING: &str = "deleted while kix waited for it";
+
+/// How long a replay of a vanished object's history may take (server-side
+/// watch timeout, seconds).
+const REPLAY_SECS: u32 = 10;
 
 /// How often Pods that are not ready are looked at again (their health
 /// depends on the time, not only on their content).
@@ -85,6 +106,25 @@ impl fmt::Display for WaitTarget {
     }
 }
 
+/// The object an apply returned: which object it is and the
+/// `resourceVersion` its history is replayed from should it vanish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub uid: String,
+    pub resource_version: String,
+}
+
+impl Applied {
+    /// Of an object the apiserver returned (`None` without uid or version).
+    pub fn of(object: &Value) -> Option<Applied> {
+        let text = |pointer: &str| object.pointer(pointer)?.as_str().map(str::to_owned);
+        Some(Applied {
+            uid: text("/metadata/uid")?,
+            resource_version: text("/metadata/resourceVersion")?,
+        })
+    }
+}
+
 /// A change of a target's health, for progress displays.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WaitEvent {
@@ -105,6 +145,10 @@ pub struct WaitOptions {
     /// The health rules (default: the built-in library and kstatus; a
     /// deploy adds its build's own).
     pub rules: Rules,
+    /// The targets the caller applied, with what the apply returned (default
+    /// none): one of them deleted while waited for is judged by the outcome
+    /// it reached, never waited for again (see the module docs).
+    pub applied: HashMap<WaitTarget, Applied>,
 }
 
 impl Default for WaitOptions {
@@ -114,6 +158,7 @@ impl Default for WaitOptions {
             fail_fast_on_degraded: false,
             events: None,
             rules: Rules::builtin(),
+            applied: HashMap::new(),
         }
     }
 }
@@ -193,6 +238,7 @@ pub async fn wait_healthy(
     let deadline = tokio::time::Instant::now() + options.timeout;
     let mut waiter = Waiter::new(targets, options.events);
     waiter.rules = options.rules;
+    waiter.set_applied(options.applied);
 
     let mut lists: Vec<(Api<DynamicObject>, ListParams)> = Vec::with_capacity(waiter.groups.len());
     let mut streams: Vec<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>> =
@@ -224,8 +270,23 @@ pub async fn wait_healthy(
         tokio::time::interval_at(tokio::time::Instant::now() + RELIST_EVERY, RELIST_EVERY);
     relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
+    let mut replays: FuturesUnordered<BoxFuture<'static, (usize, Replay)>> =
+        FuturesUnordered::new();
     let mut timed_out = false;
     loop {
+        for index in std::mem::take(&mut waiter.replays) {
+            let (api, _) = &lists[waiter.group_of(index)];
+            let state = &waiter.targets[index];
+            let (name, applied) = (state.target.name.clone(), state.applied.clone());
+            let api = api.clone();
+            replays.push(Box::pin(async move {
+                let replay = match applied {
+                    Some(applied) => replay(&api, &name, &applied).await,
+                    None => Replay::NotDeleted,
+                };
+                (index, replay)
+            }));
+        }
         if waiter.ready == waiter.targets.len() {
             break;
         }
@@ -247,6 +308,9 @@ pub async fn wait_healthy(
                     break;
                 }
             },
+            Some((index, replay)) = replays.next(), if !replays.is_empty() => {
+                waiter.on_replay(index, replay);
+            }
             _ = recheck.tick(), if waiter.has_pods => waiter.recheck_pods(),
             _ = relist.tick() => {
                 for group in waiter.waiting_groups() {
@@ -269,6 +333,22 @@ struct TargetState {
     pod: Option<Value>,
     /// Seen in the current (re)list of its group.
     listed: bool,
+    /// What the caller's apply returned, when it applied the target.
+    applied: Option<Applied>,
+    /// Deleted while waited for: its health is final.
+    deleted: bool,
+    /// Its history is being replayed.
+    replaying: bool,
+}
+
+/// What the history of an applied object that was not found tells.
+enum Replay {
+    /// Deleted; its last state.
+    Deleted(Box<DynamicObject>),
+    /// No deletion in its history: the list was older than the apply.
+    NotDeleted,
+    /// Its history could not be read (e.g. compacted).
+    Unknown(String),
 }
 
 struct Group {
@@ -291,6 +371,8 @@ struct Waiter {
     has_pods: bool,
     events: Option<UnboundedSender<WaitEvent>>,
     rules: Rules,
+    /// Applied targets not found, whose history is to be replayed.
+    replays: Vec<usize>,
 }
 
 impl Waiter {
@@ -303,6 +385,7 @@ impl Waiter {
             has_pods: false,
             events,
             rules: Rules::builtin(),
+            replays: Vec::new(),
         };
         let mut group_of: HashMap<(ApiResource, Option<String>), usize> = HashMap::new();
         for target in targets {
@@ -331,6 +414,9 @@ impl Waiter {
                 health: not_found(),
                 pod: None,
                 listed: false,
+                applied: None,
+                deleted: false,
+                replaying: false,
             });
         }
         waiter
@@ -356,8 +442,7 @@ impl Waiter {
             }
             Event::Delete(object) => {
                 if let Some(index) = self.index_of(group, &object) {
-                    self.targets[index].pod = None;
-                    self.set(index, not_found());
+                    self.on_deleted(index, &object);
                 }
             }
             Event::InitDone => {
@@ -372,8 +457,7 @@ impl Waiter {
                     .filter(|&index| !self.targets[index].listed)
                     .collect();
                 for index in gone {
-                    self.targets[index].pod = None;
-                    self.set(index, not_found());
+                    self.on_missing(index);
                 }
             }
         }
@@ -418,14 +502,110 @@ impl Waiter {
         Ok(())
     }
 
+    /// The target `object` is, unless its health is final.
     fn index_of(&self, group: usize, object: &DynamicObject) -> Option<usize> {
         let name = object.metadata.name.as_deref()?;
-        self.groups[group].by_name.get(name).copied()
+        let index = self.groups[group].by_name.get(name).copied()?;
+        (!self.targets[index].deleted).then_some(index)
+    }
+
+    fn set_applied(&mut self, mut applied: HashMap<WaitTarget, Applied>) {
+        for state in &mut self.targets {
+            state.applied = applied.remove(&state.target);
+        }
+    }
+
+    fn group_of(&self, index: usize) -> usize {
+        let target = &self.targets[index].target;
+        self.groups
+            .iter()
+            .position(|g| {
+                g.resource == target.resource
+                    && g.namespace == target.namespace
+                    && g.by_name.get(&target.name) == Some(&index)
+            })
+            .unwrap_or_default()
+    }
+
+    /// A target the (re)list did not return: an applied one is looked up
+    /// in its history (it may have finished and been removed before the
+    /// wait began); any other is not found, and waited for.
+    fn on_missing(&mut self, index: usize) {
+        let state = &mut self.targets[index];
+        state.pod = None;
+        if state.applied.is_some() && !state.replaying {
+            state.replaying = true;
+            self.replays.push(index);
+        }
+        self.set(index, not_found());
+    }
+
+    /// A target's deletion: the object kix applied is judged for good (an
+    /// older object of the same name, or one kix did not apply, only makes
+    /// it not found again).
+    fn on_deleted(&mut self, index: usize, object: &DynamicObject) {
+        let state = &mut self.targets[index];
+        state.pod = None;
+        let ours = state
+            .applied
+            .as_ref()
+            .is_some_and(|a| object.metadata.uid.as_deref() == Some(a.uid.as_str()));
+        if !ours {
+            self.set(index, not_found());
+            return;
+        }
+        state.deleted = true;
+        let health = self.outcome_of_deleted(index, object);
+        self.set(index, health);
+    }
+
+    fn on_replay(&mut self, index: usize, replay: Replay) {
+        self.targets[index].replaying = false;
+        if self.targets[index].deleted || self.targets[index].health != not_found() {
+            return; // Seen since.
+        }
+        match replay {
+            Replay::Deleted(object) => self.on_deleted(index, &object),
+            Replay::NotDeleted => {}
+            Replay::Unknown(why) => {
+                self.targets[index].deleted = true;
+                let gone = match runs_to_completion(&self.targets[index].target.resource) {
+                    true => DELETED_UNFINISHED,
+                    false => DELETED_WHILE_WAITING,
+                };
+                let reason = format!("{gone} (its history is not available: {why})");
+                self.set(index, Health::Degraded { reason });
+            }
+        }
+    }
+
+    /// The health a deleted target ends with: a Job's or a Pod's outcome
+    /// (its state when it was deleted, its deletion itself aside), else
+    /// Degraded.
+    fn outcome_of_deleted(&self, index: usize, object: &DynamicObject) -> Health {
+        let resource = &self.targets[index].target.resource;
+        if !runs_to_completion(resource) {
+            return Health::Degraded {
+                reason: DELETED_WHILE_WAITING.to_owned(),
+            };
+        }
+        let mut value = with_type(object, resource).unwrap_or_default();
+        // The deletion (TTL controllers delete in the foreground) is not
+        // the outcome; what the object reached before it is.
+        if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.remove("deletionTimestamp");
+        }
+        match self.rules.judge(&value).health {
+            Health::Progressing { .. } => Health::Degraded {
+                reason: DELETED_UNFINISHED.to_owned(),
+            },
+            outcome => outcome,
+        }
     }
 
     fn observe(&mut self, index: usize, object: DynamicObject) {
         let resource = &self.targets[index].target.resource;
-        let mut value = match serde_json::to_value(&object) {
+        let value = match with_type(&object, resource) {
             Ok(value) => value,
             Err(error) => {
                 self.set(
@@ -437,14 +617,6 @@ impl Waiter {
                 return;
             }
         };
-        // List items come without apiVersion and kind; health needs them.
-        if let Some(map) = value.as_object_mut() {
-            map.insert(
-                "apiVersion".to_owned(),
-                Value::String(resource.api_version.clone()),
-            );
-            map.insert("kind".to_owned(), Value::String(resource.kind.clone()));
-        }
         let new = self.rules.judge(&value).health;
         self.targets[index].pod = (is_pod(resource) && !new.is_ready()).then_some(value);
         self.set(index, new);
@@ -509,6 +681,51 @@ impl Waiter {
         }
         report
     }
+}
+
+/// The object as JSON with its apiVersion and kind (list items come
+/// without them; health needs them).
+fn with_type(object: &DynamicObject, resource: &ApiResource) -> serde_json::Result<Value> {
+    let mut value = serde_json::to_value(object)?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert(
+            "apiVersion".to_owned(),
+            Value::String(resource.api_version.clone()),
+        );
+        map.insert("kind".to_owned(), Value::String(resource.kind.clone()));
+    }
+    Ok(value)
+}
+
+/// Reads the history of `name` after its apply, up to its deletion.
+async fn replay(api: &Api<DynamicObject>, name: &str, applied: &Applied) -> Replay {
+    let params = WatchParams::default()
+        .fields(&format!("metadata.name={name}"))
+        .timeout(REPLAY_SECS);
+    let events = match api.watch(&params, &applied.resource_version).await {
+        Ok(events) => events,
+        Err(error) => return Replay::Unknown(error.to_string()),
+    };
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(WatchEvent::Deleted(object))
+                if object.metadata.uid.as_deref() == Some(applied.uid.as_str()) =>
+            {
+                return Replay::Deleted(Box::new(object));
+            }
+            Ok(WatchEvent::Error(status)) => return Replay::Unknown(status.message),
+            Err(error) => return Replay::Unknown(error.to_string()),
+            Ok(_) => {}
+        }
+    }
+    Replay::NotDeleted
+}
+
+/// Kinds whose work ends: judged by their outcome once deleted.
+fn runs_to_completion(resource: &ApiResource) -> bool {
+    let kind = GroupKind::new(&resource.group, &resource.kind);
+    kind == group_kind::POD || kind == group_kind::JOB
 }
 
 fn not_found() -> Health {
