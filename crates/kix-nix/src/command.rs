@@ -153,6 +153,7 @@ impl NixCommand {
             return Err(NixError::CommandFailed {
                 command: command_line,
                 status: status.to_string(),
+                code: status.code(),
                 stderr: stderr.trim_end().to_owned(),
             });
         }

@@ -30,6 +30,8 @@ pub enum NixError {
     CommandFailed {
         command: String,
         status: String,
+        /// The exit code, when it exited (not killed by a signal).
+        code: Option<i32>,
         stderr: String,
     },
 

@@ -43,6 +43,8 @@ pub struct GcRoot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GcRoots {
     dir: PathBuf,
+    /// The `--store` the roots are taken in; None: Nix's default store.
+    store: Option<String>,
 }
 
 impl Default for GcRoots {
@@ -73,15 +75,26 @@ pub fn default_gcroots_dir() -> PathBuf {
 impl GcRoots {
     /// Roots under `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        GcRoots { dir: dir.into() }
+        GcRoots {
+            dir: dir.into(),
+            store: None,
+        }
     }
 
-    /// `$KIX_GCROOTS_DIR` when set and not empty, else [`default_gcroots_dir`].
+    /// The same roots, taken in the Nix store at `store` (`--store`).
+    pub fn in_store(self, store: Option<String>) -> Self {
+        GcRoots { store, ..self }
+    }
+
+    /// `$KIX_GCROOTS_DIR` when set and not empty, else [`default_gcroots_dir`],
+    /// in the process's store ([`crate::use_store`]; inside a store of the
+    /// operator's own, its own roots directory is the default).
     pub fn from_env() -> Self {
-        match std::env::var_os(GCROOTS_DIR_ENV) {
-            Some(dir) if !dir.is_empty() => Self::new(dir),
-            _ => Self::new(default_gcroots_dir()),
-        }
+        let dir = match std::env::var_os(GCROOTS_DIR_ENV) {
+            Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
+            _ => None,
+        };
+        crate::fetch::process_store().gc_roots(dir)
     }
 
     /// `dir` when given, else [`GcRoots::from_env`].
@@ -131,7 +144,9 @@ impl GcRoots {
             path: parent.clone(),
             source,
         })?;
+        let store = self.store.iter().flat_map(|url| ["--store", url.as_str()]);
         NixCommand::new(NIX_STORE)
+            .args(store)
             .arg("--add-root")
             .arg(&link)
             .arg("--indirect")

@@ -11,6 +11,9 @@
 //! - [`GcRoots`]: a GC root per Activation.
 //! - [`Cache`]: publishing a build's closure to a binary cache, signed
 //!   with the user's key ([`SigningKey`]), and checking its signatures.
+//! - [`Fetcher`]: the operator's fetch-and-verify of a record's build from
+//!   the caches it trusts, in the host's store or one of its own
+//!   ([`Store`]), and the collection of that store.
 //!
 //! Everything is synchronous `std::process`; async callers use
 //! `spawn_blocking`. Every `nix` invocation passes
@@ -20,13 +23,15 @@
 //! # Where things are
 //!
 //! `build.rs` (nix build, sources), `store.rs` (store paths: validity,
-//! realising), `gcroots.rs` (GC roots of records), `cache.rs` (binary caches), `command.rs` (running
+//! realising), `gcroots.rs` (GC roots of records), `cache.rs` (binary caches), `fetch.rs` (the operator's store),
+//! `command.rs` (running
 //! nix), `error.rs`.
 
 mod build;
 mod cache;
 mod command;
 mod error;
+mod fetch;
 mod gcroots;
 mod store;
 
@@ -36,6 +41,7 @@ pub use build::{
 };
 pub use cache::{Cache, CacheError, PushProgress, PushReport, SigningKey};
 pub use error::NixError;
+pub use fetch::{Collected, FetchError, Fetcher, Store, process_store, use_store};
 pub use gcroots::{
     DEFAULT_GCROOTS_DIR, GCROOTS_DIR_ENV, GcRoot, GcRoots, PER_USER_GCROOTS, default_gcroots_dir,
 };

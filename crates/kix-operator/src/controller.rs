@@ -77,6 +77,8 @@ pub struct Context {
         tokio::sync::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<Activation>>,
     /// Whom each record acts as ([`crate::tenant`]).
     pub tenants: crate::tenant::Tenants,
+    /// Fetches and verifies builds, in the operator's store.
+    pub fetcher: Arc<kix_nix::Fetcher>,
 }
 
 /// The objects of a record the watches saw change, since its last plan.
@@ -437,10 +439,13 @@ async fn ask_gates(
     Ok(None)
 }
 
-/// The record's build: its store path checked (syntax, then nix-store:
-/// valid or realised from the configured substituters; nothing outside it
-/// is read or run), read, of the record's Kix cluster, its encrypted
-/// Secrets decrypted, inside the allow-list. Err: why the record fails.
+/// The record's build: its store path checked (syntax), then fetched and
+/// verified ([`kix_nix::Fetcher::obtain`]: valid in the operator's store
+/// or fetched from its substituters, rooted for the record, and with
+/// trusted keys configured, accepted only when signed by one), read from
+/// that store, of the record's Kix cluster, its encrypted Secrets
+/// decrypted, inside the allow-list. Nothing outside it is read or run.
+/// Err: why the record fails.
 async fn read_build(
     ctx: &Context,
     record: &Activation,
@@ -450,20 +455,25 @@ async fn read_build(
         Ok(path) => path,
         Err(err) => return Err(format!("invalid store path: {err}")),
     };
-    let checked = path.clone();
-    match tokio::task::spawn_blocking(move || kix_nix::ensure_valid(&checked)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => {
+    let (fetcher, checked) = (ctx.fetcher.clone(), path.clone());
+    let (cluster_name, name) = (cluster.to_owned(), record.name_any());
+    let obtained =
+        tokio::task::spawn_blocking(move || fetcher.obtain(&checked, &cluster_name, &name)).await;
+    let physical = match obtained {
+        Ok(Ok(physical)) => physical,
+        Ok(Err(err @ kix_nix::FetchError::Nix(_))) => {
             return Err(format!("store path {path} is not available: {err}"));
         }
+        Ok(Err(err)) => return Err(err.to_string()),
         Err(err) => return Err(format!("checking {path}: {err}")),
-    }
+    };
     // Read off the async workers (a large tree takes a while); a panic in
     // the reader fails this record only.
     let allow = ctx.allow.clone();
+    let store_dir = ctx.fetcher.store().store_dir();
     let (read_path, cluster_name) = (path.clone(), cluster.to_owned());
-    match tokio::task::spawn_blocking(move || read_checked(&read_path, &cluster_name, &allow)).await
-    {
+    let read = move || read_checked(&read_path, &physical, &store_dir, &cluster_name, &allow);
+    match tokio::task::spawn_blocking(read).await {
         Ok(read) => read.map(|build| (path, build)),
         Err(err) if err.is_panic() => {
             let reading = format!("reading {path}");
@@ -473,10 +483,13 @@ async fn read_build(
     }
 }
 
-/// Reads the build at `path`: of Kix cluster `cluster`, its encrypted
-/// Secrets decrypted, inside the allow-list.
+/// Reads the build at `path` (its files at `physical`, inside the store
+/// directory `store_dir`): of Kix cluster `cluster`, its encrypted Secrets
+/// decrypted, inside the allow-list.
 fn read_checked(
     path: &StorePath,
+    physical: &std::path::Path,
+    store_dir: &std::path::Path,
     cluster: &str,
     allow: &gates::AllowList,
 ) -> Result<kix_manifest::Build, String> {
@@ -484,10 +497,11 @@ fn read_checked(
     // Only the keys bound to the record's cluster (or shared): a file of
     // another tenant's, copied or linked into this build, is refused.
     let options = kix_manifest::ReadOptions {
+        store_dir: store_dir.to_path_buf(),
         age_identities: kix_manifest::secrets::age_identities_for(cluster),
         ..kix_manifest::ReadOptions::default()
     };
-    let build = match kix_manifest::read_tree(path.as_path(), &options) {
+    let build = match kix_manifest::read_tree(physical, &options) {
         Ok(build) if build.cluster == cluster => build,
         Ok(build) => {
             return Err(format!(
@@ -747,10 +761,35 @@ async fn cleanup(record: Arc<Activation>, ctx: &Context) -> Result<Action, Recon
     if let Err(err) = kix_nix::GcRoots::from_env().remove(record.cluster_name(), &name) {
         warn!("could not remove the GC root of {name}: {err}");
     }
+    collect_store(ctx).await;
     info!(
         deleted = report.deleted.len(),
         kept = report.repointed.len() + report.trimmed.len() + report.kept.len(),
         "released objects"
     );
     Ok(Action::await_change())
+}
+
+/// A record was retired: its build, and whatever else no record's GC root
+/// keeps, leaves a store of the operator's own (the host's store is left
+/// to its owner). A failure is logged; the next retirement tries again.
+async fn collect_store(ctx: &Context) {
+    let fetcher = ctx.fetcher.clone();
+    match tokio::task::spawn_blocking(move || fetcher.collect()).await {
+        Ok(Ok(Some(collected))) => {
+            ctx.metrics
+                .store_freed(collected.paths as u64, collected.bytes);
+            info!(
+                paths = collected.paths,
+                bytes = collected.bytes,
+                "deleted from the operator's store what no record names"
+            );
+        }
+        Ok(Ok(None)) => {}
+        Ok(Err(err)) => {
+            ctx.metrics.error("store_gc");
+            warn!("collecting the operator's store failed: {err}");
+        }
+        Err(err) => warn!("collecting the operator's store failed: {err}"),
+    }
 }

@@ -120,6 +120,50 @@ struct Args {
     /// ServiceAccount: the operator never acts with its own rights.
     #[arg(long)]
     require_service_account: bool,
+    /// A binary cache to fetch builds from (repeatable; space-separated in
+    /// $KIX_SUBSTITUTERS): file://, http(s):// or s3:// as in settings.cache.
+    /// Needs --trusted-public-key: only signed builds are fetched.
+    #[arg(long = "substituter", value_name = "URL", env = "KIX_SUBSTITUTERS",
+          value_delimiter = ' ', value_parser = kix_manifest::CacheUrl::parse)]
+    substituters: Vec<kix_manifest::CacheUrl>,
+    /// A public key (NAME:BASE64, as `nix key convert-secret-to-public`
+    /// prints it; repeatable, space-separated in $KIX_TRUSTED_PUBLIC_KEYS):
+    /// a record's build is applied only when its whole closure is signed by
+    /// one of these keys, whether or not it was already in the store.
+    /// Default: none, and builds are taken from the store as they are.
+    #[arg(long = "trusted-public-key", value_name = "NAME:KEY", env = "KIX_TRUSTED_PUBLIC_KEYS",
+          value_delimiter = ' ', value_parser = kix_manifest::PublicKey::parse)]
+    trusted_public_keys: Vec<kix_manifest::PublicKey>,
+    /// The Nix store builds are kept in: `local?root=DIR` gives the operator
+    /// a store of its own under DIR (no host /nix/store or daemon needed),
+    /// from which it deletes the builds of retired records. Default: the
+    /// host's store, as Nix is configured.
+    #[arg(long, value_name = "STORE-URL", env = "KIX_STORE", value_parser = parse_store)]
+    store: Option<kix_nix::Store>,
+}
+
+fn parse_store(url: &str) -> Result<kix_nix::Store, String> {
+    kix_nix::Store::parse(url).map_err(|err| err.to_string())
+}
+
+/// The operator's store and what it trusts, made the process's store (GC
+/// roots are taken there), stated in the log.
+fn fetcher(args: &Args) -> anyhow::Result<kix_nix::Fetcher> {
+    if !args.substituters.is_empty() && args.trusted_public_keys.is_empty() {
+        anyhow::bail!(
+            "--substituter needs --trusted-public-key: the operator fetches only builds signed by a key it trusts"
+        );
+    }
+    let store = args.store.clone().unwrap_or_else(kix_nix::Store::host);
+    kix_nix::use_store(store.clone());
+    let fetcher = kix_nix::Fetcher::new(
+        store,
+        kix_nix::GcRoots::from_env(),
+        args.substituters.clone(),
+        args.trusted_public_keys.clone(),
+    );
+    info!("{}", fetcher.describe());
+    Ok(fetcher)
 }
 
 /// `--age-key-file CLUSTER=FILE`.
@@ -247,6 +291,7 @@ fn context(
     trigger: &tokio::sync::mpsc::UnboundedSender<
         kube::runtime::reflector::ObjectRef<kix_api::Activation>,
     >,
+    fetcher: &Arc<kix_nix::Fetcher>,
 ) -> Context {
     let client = clients.own();
     Context {
@@ -274,6 +319,7 @@ fn context(
         touched: Default::default(),
         trigger: trigger.clone(),
         tenants: tenant::Tenants::new(clients.clone()),
+        fetcher: fetcher.clone(),
     }
 }
 
@@ -290,6 +336,7 @@ async fn main() -> anyhow::Result<()> {
     let clients = Arc::new(clients(&args, &identity).await?);
     let client = clients.own().clone();
     use_age_identities(&args, &client).await?;
+    let fetcher = Arc::new(fetcher(&args)?);
     let metrics = Arc::new(Metrics::default());
     let addr = http::serve_on_own_thread(args.metrics_addr, metrics.clone())
         .with_context(|| format!("binding {}", args.metrics_addr))?;
@@ -333,7 +380,14 @@ async fn main() -> anyhow::Result<()> {
         info!(%identity, "elected leader");
         metrics.leader.store(true, Ordering::Relaxed);
         let (trigger_tx, trigger_rx) = unbounded_channel();
-        let ctx = Arc::new(context(&args, &identity, &clients, &metrics, &trigger_tx));
+        let ctx = Arc::new(context(
+            &args,
+            &identity,
+            &clients,
+            &metrics,
+            &trigger_tx,
+            &fetcher,
+        ));
         let watches = tokio::spawn(triggers::run(ctx.clone(), trigger_tx));
         let records: Api<Activation> = Api::all(client.clone());
         // Reconciles on spec, deletion and finalizer changes of records, and

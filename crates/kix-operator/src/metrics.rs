@@ -13,6 +13,8 @@ const BUCKETS: [f64; 9] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 pub struct Metrics {
     reconciles: AtomicU64,
     drift_corrections: AtomicU64,
+    store_paths_freed: AtomicU64,
+    store_bytes_freed: AtomicU64,
     /// Errors by reason (the error variant, a bounded set).
     errors: Mutex<BTreeMap<String, u64>>,
     /// Per bucket counts, then sum (micro-seconds) and count.
@@ -38,6 +40,12 @@ impl Metrics {
 
     pub fn drift_corrected(&self, objects: u64) {
         self.drift_corrections.fetch_add(objects, Ordering::Relaxed);
+    }
+
+    /// Paths deleted from the operator's own store, and their NAR size.
+    pub fn store_freed(&self, paths: u64, bytes: u64) {
+        self.store_paths_freed.fetch_add(paths, Ordering::Relaxed);
+        self.store_bytes_freed.fetch_add(bytes, Ordering::Relaxed);
     }
 
     pub fn error(&self, reason: &str) {
@@ -68,6 +76,23 @@ impl Metrics {
             "kix_operator_drift_corrections_total {}",
             self.drift_corrections.load(Ordering::Relaxed)
         );
+        let freed = [
+            (
+                "kix_operator_store_freed_paths_total",
+                "Store paths deleted from the operator's own store after records were retired.",
+                &self.store_paths_freed,
+            ),
+            (
+                "kix_operator_store_freed_bytes_total",
+                "Bytes (NAR size) deleted from the operator's own store after records were retired.",
+                &self.store_bytes_freed,
+            ),
+        ];
+        for (name, help, value) in freed {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        }
         let _ = writeln!(
             out,
             "# HELP kix_operator_errors_total Reconcile errors by reason."

@@ -1,0 +1,386 @@
+//! The operator fetches only what it trusts, into a store of its own, and
+//! keeps that store bounded (#44, points 2 to 4). Real Nix (builds made
+//! with the Nix library, input-addressed), binary caches served over
+//! loopback HTTP (kix_testkit::cache_server), the real control plane, the
+//! operator as a process with `--store local?root=DIR`, where no build was
+//! before.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Operator, Run, run};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kix_api::{Activation, Phase};
+use kix_testkit::TestEnv;
+use kix_testkit::cache_server::CacheServer;
+use kube::api::{Api, PostParams};
+
+fn nix(args: &[&str]) -> String {
+    let out = Command::new("nix")
+        .args(["--extra-experimental-features", "nix-command"])
+        .args(args)
+        .output()
+        .expect("nix runs");
+    assert!(
+        out.status.success(),
+        "nix {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// A secret key file named `name` in `dir`, and its public key.
+fn key_pair(dir: &Path, name: &str) -> (PathBuf, String) {
+    let secret = dir.join(format!("{name}.sec"));
+    let text = nix(&["key", "generate-secret", "--key-name", name]);
+    std::fs::write(&secret, text).expect("key");
+    let out = Command::new("nix")
+        .args(["--extra-experimental-features", "nix-command"])
+        .args(["key", "convert-secret-to-public"])
+        .stdin(std::fs::File::open(&secret).expect("open"))
+        .output()
+        .expect("nix runs");
+    let public = String::from_utf8(out.stdout).expect("utf-8");
+    (secret, public.trim().to_owned())
+}
+
+/// A Nix file whose `kixClusters.<cluster>` is one ConfigMap `cm` in the
+/// test's namespace naming two other store paths (a closure of three
+/// input-addressed paths), published to `cache_url`.
+fn cluster_file(dir: &Path, env: &TestEnv, cm: &str, cache_url: &str, public_key: &str) -> PathBuf {
+    let root = kix_testkit::repo_root();
+    let salt = kix_testkit::unique_name(cm);
+    let file = dir.join(format!("{cm}.nix"));
+    let text = format!(
+        r#"let
+  kix = import {root}/nix/default.nix {{ }};
+  pkgs = import {root}/nix/tests/host-tools.nix {{ }};
+  dep = name: pkgs.runCommand name {{ }} "echo {salt} > $out";
+  a = dep "kix-store-a";
+  b = dep "kix-store-b";
+in {{
+  kixClusters."{cluster}" = kix.lib.mkCluster {{
+    inherit pkgs;
+    name = "{cluster}";
+    packages.app = {{
+      version = "1";
+      namespace = "{namespace}";
+      resources = [ {{ apiVersion = "v1"; kind = "ConfigMap"; metadata.name = "{cm}"; data = {{ a = "${{a}}"; b = "${{b}}"; }}; }} ];
+    }};
+    settings.cache = {{ url = "{cache_url}"; publicKeys = [ "{public_key}" ]; }};
+  }};
+}}
+"#,
+        root = root.display(),
+        cluster = env.cluster,
+        namespace = env.namespace,
+    );
+    std::fs::write(&file, text).expect("write the cluster file");
+    file
+}
+
+/// The build's store path, built in the host's store as kix builds it.
+fn build_path(file: &Path, cluster: &str) -> String {
+    let attr = format!("kixClusters.\"{cluster}\"");
+    let file = file.to_str().expect("utf-8");
+    let out = nix(&[
+        "build",
+        "--no-link",
+        "--json",
+        "--offline",
+        "-f",
+        file,
+        &attr,
+    ]);
+    let built: serde_json::Value = serde_json::from_str(&out).expect("json");
+    built[0]["outputs"]["out"]
+        .as_str()
+        .expect("out path")
+        .to_owned()
+}
+
+/// `kix <args>` as the admin, signing with `key`.
+fn kix(scratch: &Path, key: &Path, args: &[&str]) -> Run {
+    let mut cmd = common::kix(&kix_testkit::kubeconfig_path(), &scratch.join("gcroots"));
+    cmd.env("KIX_SIGN_KEY_FILE", key);
+    run(cmd.args(args))
+}
+
+/// `nix copy` of the closure of `path` to `to`.
+fn copy(path: &str, to: &str, extra: &[&str]) {
+    let mut args = vec!["copy", "--to", to];
+    args.extend_from_slice(extra);
+    args.push(path);
+    nix(&args);
+}
+
+/// Changes one byte of `path`'s NAR in the uncompressed cache `dir`, in
+/// the middle of a file's contents (the ConfigMap's name in kix.json or
+/// its resource file), so the NAR no longer has the hash that was signed.
+fn tamper(dir: &Path, path: &str, needle: &str) {
+    let hash = &path.trim_start_matches("/nix/store/")[..32];
+    let narinfo = std::fs::read_to_string(dir.join(format!("{hash}.narinfo"))).expect("narinfo");
+    let url = narinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("URL: "))
+        .expect("URL line");
+    let nar = dir.join(url);
+    let mut bytes = std::fs::read(&nar).expect("nar");
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle.as_bytes())
+        .unwrap_or_else(|| panic!("{needle} in {}", nar.display()));
+    bytes[at] ^= 0x20;
+    std::fs::write(&nar, bytes).expect("write the nar");
+}
+
+/// A record for `path`, as `kix deploy --operator` writes one.
+async fn write_record(client: &kube::Client, cluster: &str, path: &str) -> String {
+    let next = common::records(client, cluster)
+        .await
+        .iter()
+        .filter_map(Activation::sequence)
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let spec: kix_api::ActivationSpec = serde_json::from_value(serde_json::json!({
+        "cluster": cluster, "engine": "operator", "source": {"path": path},
+        "receipt": {"user": "t", "host": "t", "kixVersion": "0",
+                    "time": "2026-01-01T00:00:00Z", "planDigest": "x"}
+    }))
+    .expect("spec");
+    let api: Api<Activation> = Api::all(client.clone());
+    api.create(&PostParams::default(), &Activation::new_record(next, spec))
+        .await
+        .expect("create the record");
+    Activation::name_for(cluster, next)
+}
+
+async fn config_map_exists(env: &TestEnv, name: &str) -> bool {
+    let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    api.get_opt(name).await.expect("get").is_some()
+}
+
+/// Whether `path` is valid (present and registered) in the operator's
+/// store at `root`; a failed import may leave invalid files behind.
+fn in_store(root: &Path, path: &str) -> bool {
+    let store = format!("local?root={}", root.display());
+    let out = run(Command::new("nix-store").args(["--store", &store, "--check-validity", path]));
+    out.code == Some(0)
+}
+
+/// The operator's /metrics text.
+fn metrics(operator: &Operator) -> String {
+    use std::io::{Read, Write};
+    let mut socket = std::net::TcpStream::connect(operator.http).expect("connect");
+    write!(socket, "GET /metrics HTTP/1.0\r\n\r\n").expect("write");
+    let mut text = String::new();
+    socket.read_to_string(&mut text).expect("read");
+    text
+}
+
+/// A record refused by the operator: Failed, its message naming the
+/// path, each of `needles`; its ConfigMap `cm` never written.
+async fn assert_refused(env: &TestEnv, path: &str, cm: &str, needles: &[&str]) -> String {
+    let name = write_record(&env.client, &env.cluster, path).await;
+    let record = common::settled(&env.client, &name).await;
+    let message = record
+        .status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default();
+    assert_eq!(record.phase(), Some(Phase::Failed), "{cm}: {message}");
+    assert!(message.contains(path), "{cm}: names the path: {message}");
+    for needle in needles {
+        assert!(message.contains(needle), "{cm}: {needle:?} in {message}");
+    }
+    assert!(!config_map_exists(env, cm).await, "{cm}: nothing applied");
+    message
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_with_its_own_store_applies_only_builds_a_trusted_key_signed() {
+    let env = TestEnv::new("opstore").await.expect("control plane");
+    common::tenancy::install_crds(&env);
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let dir = scratch.path();
+    let (secret, public) = key_pair(dir, "kix-store-1");
+    let (other_secret, _) = key_pair(dir, "kix-store-other");
+    let caches = dir.join("caches");
+    let server = CacheServer::start(&caches).expect("cache server");
+    let cache = |name: &str| (caches.join(name), format!("{}/{name}", server.url));
+    let (good_dir, _) = cache("good");
+    let store = dir.join("store");
+    let store_url = format!("local?root={}", store.display());
+
+    let mut flags = vec!["--store".to_owned(), store_url.clone()];
+    for name in ["good", "unsigned", "other", "tampered"] {
+        flags.extend(["--substituter".to_owned(), cache(name).1]);
+    }
+    flags.extend(["--trusted-public-key".to_owned(), public.clone()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let xdg = dir.join("xdg");
+    let xdg = xdg.to_str().expect("utf-8");
+    let operator = Operator::start_with_env(
+        &kix_testkit::kubeconfig_path(),
+        &[&env.cluster],
+        &env.namespace,
+        &format!("{}-op", env.cluster),
+        dir.join("operator.log"),
+        None,
+        &flags,
+        &[("XDG_CACHE_HOME", xdg)],
+    );
+
+    // Built here, pushed by kix deploy --operator, fetched by the operator
+    // into its own store, where it was not: Active.
+    let good_file_url = format!("file://{}", good_dir.display());
+    let first = cluster_file(dir, &env, "first", &good_file_url, &public);
+    let first_path = build_path(&first, &env.cluster);
+    assert!(
+        !in_store(&store, &first_path),
+        "not in the operator's store yet"
+    );
+    let file_arg = first.to_str().expect("utf-8");
+    let deploy = [
+        "deploy",
+        &env.cluster,
+        "-f",
+        file_arg,
+        "--operator",
+        "--yes",
+    ];
+    let out = kix(dir, &secret, &deploy);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(config_map_exists(&env, "first").await, "applied");
+    assert!(in_store(&store, &first_path), "fetched into its store");
+    assert!(
+        operator
+            .log()
+            .contains("a build is applied only when its closure is signed by one of kix-store-1:"),
+        "the startup log says what is trusted"
+    );
+
+    // Unsigned in a cache the operator asks: Failed, nothing applied.
+    let unsigned = build_path(
+        &cluster_file(dir, &env, "unsigned", &good_file_url, &public),
+        &env.cluster,
+    );
+    copy(
+        &unsigned,
+        &format!("file://{}", cache("unsigned").0.display()),
+        &[],
+    );
+    assert_refused(&env, &unsigned, "unsigned", &["kix-store-1:", "not signed"]).await;
+    assert!(!in_store(&store, &unsigned));
+
+    // Signed by a key the operator does not trust: Failed.
+    let other = build_path(
+        &cluster_file(dir, &env, "other", &good_file_url, &public),
+        &env.cluster,
+    );
+    let signed_other = format!(
+        "file://{}?secret-key={}",
+        cache("other").0.display(),
+        other_secret.display()
+    );
+    copy(&other, &signed_other, &[]);
+    assert_refused(&env, &other, "other", &["kix-store-1:", "not signed"]).await;
+    assert!(!in_store(&store, &other));
+
+    // Signed by the trusted key, its NAR changed in the cache: Failed.
+    let tampered = build_path(
+        &cluster_file(dir, &env, "tampered", &good_file_url, &public),
+        &env.cluster,
+    );
+    let tampered_dir = cache("tampered").0;
+    let signed = format!(
+        "file://{}?secret-key={}&compression=none",
+        tampered_dir.display(),
+        secret.display()
+    );
+    copy(&tampered, &signed, &[]);
+    tamper(&tampered_dir, &tampered, "tampered");
+    assert_refused(
+        &env,
+        &tampered,
+        "tampered",
+        &["kix-store-1:", "hash mismatch"],
+    )
+    .await;
+    assert!(!in_store(&store, &tampered));
+
+    // Already in the operator's store, unsigned, in no cache: Failed.
+    let present = build_path(
+        &cluster_file(dir, &env, "present", &good_file_url, &public),
+        &env.cluster,
+    );
+    copy(&present, &store_url, &["--no-check-sigs"]);
+    assert!(in_store(&store, &present));
+    assert_refused(&env, &present, "present", &["kix-store-1:", "is untrusted"]).await;
+
+    // A content-addressed build (nix-store --add) needs no signature in
+    // Nix: refused when signatures are required.
+    let tree = dir.join("ca-tree");
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ca\ndata: {a: b}\n";
+    common::write_tree(
+        &tree,
+        &env.cluster,
+        &[common::Pkg {
+            name: "web".into(),
+            depends_on: vec![],
+            namespace: env.namespace.clone(),
+            files: vec![("cm.yaml".into(), cm.as_bytes().to_vec())],
+        }],
+    );
+    let ca = common::add_to_store(&tree);
+    copy(&ca, &store_url, &[]);
+    assert_refused(&env, &ca, "ca", &["content-addressed", "kix-store-1:"]).await;
+
+    // The first build still Active; a second replaces it; once retention
+    // retires the first, its build leaves the operator's store, the
+    // second's closure stays, and the bytes freed are counted.
+    let second = cluster_file(dir, &env, "second", &good_file_url, &public);
+    let second_path = build_path(&second, &env.cluster);
+    let file_arg = second.to_str().expect("utf-8");
+    let deploy = [
+        "deploy",
+        &env.cluster,
+        "-f",
+        file_arg,
+        "--operator",
+        "--yes",
+    ];
+    let out = kix(dir, &secret, &deploy);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(in_store(&store, &first_path) && in_store(&store, &second_path));
+    let gc = ["gc", &env.cluster, "--operator", "--keep", "0", "--yes"];
+    let out = kix(dir, &secret, &gc);
+    assert_eq!(out.code, Some(0), "{out}");
+    common::poll(
+        "the first build to leave the operator's store",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async { (!in_store(&store, &first_path)).then_some(()) },
+    )
+    .await;
+    assert!(
+        !store.join(first_path.trim_start_matches('/')).exists(),
+        "its files are gone"
+    );
+    assert!(in_store(&store, &second_path), "the live build stays");
+    assert!(config_map_exists(&env, "second").await);
+    let text = metrics(&operator);
+    let freed = text
+        .lines()
+        .find_map(|l| l.strip_prefix("kix_operator_store_freed_bytes_total "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("freed bytes metric in {text}"));
+    assert!(freed > 0, "{text}");
+    // The host's store keeps its copy: the operator collected only its own.
+    let out = run(Command::new("nix-store").args(["--check-validity", &first_path]));
+    assert_eq!(out.code, Some(0), "{out}");
+}
