@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -27,8 +27,9 @@ const IMAGE: &str = "kix-operator:install-test";
 const CACHE: &str = "https://cache.example.org";
 const CACHE_KEY: &str = "cache.example.org-1:rmMnRv4vnmd5pO7Wj9UmrJ7uzRDa3T+9G1xhLyEGmmY=";
 
-/// A Nix file whose value is the install, as a user's flake would call it.
-fn install_file(dir: &Path, cluster: &str, storage_class: &str) -> std::path::PathBuf {
+/// A Nix file whose value is the install, as a user's flake would call it
+/// (`more`: further arguments, `lets`: bindings they use).
+fn nix_file(dir: &Path, cluster: &str, lets: &str, more: &str) -> PathBuf {
     let file = dir.join("install.nix");
     std::fs::write(
         &file,
@@ -36,15 +37,13 @@ fn install_file(dir: &Path, cluster: &str, storage_class: &str) -> std::path::Pa
             r#"let
   kix = import {root}/nix {{ }};
   pkgs = import {root}/nix/tests/host-tools.nix {{ }};
+  {lets}
 in
 kix.lib.mkOperatorInstall {{
   inherit pkgs;
   name = "{cluster}";
   image = "{IMAGE}";
-  storageClassName = "{storage_class}";
-  storageSize = "1Gi";
-  substituters = [ "{CACHE}" ];
-  trustedPublicKeys = [ "{CACHE_KEY}" ];
+  {more}
 }}
 "#,
             root = kix_testkit::repo_root().display(),
@@ -52,6 +51,30 @@ kix.lib.mkOperatorInstall {{
     )
     .expect("write install.nix");
     file
+}
+
+fn install_file(dir: &Path, cluster: &str, storage_class: &str) -> PathBuf {
+    let more = format!(
+        r#"storageClassName = "{storage_class}";
+  storageSize = "1Gi";
+  substituters = [ "{CACHE}" ];
+  trustedPublicKeys = [ "{CACHE_KEY}" ];"#
+    );
+    nix_file(dir, cluster, "", &more)
+}
+
+/// A directory with bin/kix: the binary under test, for the build that
+/// prints the admission policy.
+fn kix_package(dir: &Path) -> PathBuf {
+    let package = dir.join("kix-package");
+    std::fs::create_dir_all(package.join("bin")).expect("mkdir");
+    std::os::unix::fs::symlink(common::kix_bin(), package.join("bin/kix")).expect("symlink");
+    package
+}
+
+fn read(path: &str, file: &str) -> String {
+    std::fs::read_to_string(Path::new(path).join(file))
+        .unwrap_or_else(|e| panic!("{path}/{file}: {e}"))
 }
 
 fn nix_build(file: &Path) -> String {
@@ -258,4 +281,96 @@ async fn the_in_cluster_install_validates_and_deploys() {
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic.into_panic());
     }
+}
+
+/// With `tenants` the install carries the admission policy `kix crds
+/// --tenants` prints, impersonation of the tenant's account by name, Leases
+/// in its namespace, and `--require-service-account`; it validates.
+#[test]
+fn the_install_with_tenants_has_the_admission_policy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = kix_testkit::unique_name("kix-install-tenants");
+    let lets = r#"tenants = kix.lib.mkTenants {
+    inherit pkgs;
+    platform.users = [ "system:serviceaccount:kix-system:kix-operator" ];
+    clusters.team-a = { groups = [ "team-a" ]; serviceAccount = { namespace = "team-a"; name = "kix"; }; };
+  };"#;
+    let more = format!(
+        "inherit tenants;\n  kix = \"{}\";",
+        kix_package(dir.path()).display()
+    );
+    let path = nix_build(&nix_file(dir.path(), &cluster, lets, &more));
+
+    let validate = run(Command::new(common::kix_bin()).args(["validate", "--path", &path]));
+    assert_eq!(validate.code, Some(0), "{validate}");
+    let kix_json: serde_json::Value = serde_json::from_str(&read(&path, "kix.json")).expect("json");
+    assert_eq!(
+        kix_json["packages"],
+        serde_json::json!(["rbac", "tenants", "operator"])
+    );
+    let policy = read(
+        &path,
+        "packages/tenants/resources/manifests/000-kix-tenants-policy.yaml",
+    );
+    assert!(
+        policy.contains("kind: ValidatingAdmissionPolicyBinding") && policy.contains("team-a"),
+        "{policy}"
+    );
+    let rbac: Vec<String> = std::fs::read_dir(Path::new(&path).join("packages/rbac/resources"))
+        .expect("rbac resources")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    let file = |suffix: &str| {
+        let name = rbac.iter().find(|n| n.ends_with(suffix));
+        let name = name.unwrap_or_else(|| panic!("{suffix} in {rbac:?}"));
+        read(&path, &format!("packages/rbac/resources/{name}"))
+    };
+    let impersonate = file("-role-kix-operator-impersonate.json");
+    assert!(
+        impersonate.contains(r#""resourceNames":["kix"]"#)
+            && impersonate.contains(r#""namespace":"team-a""#),
+        "{impersonate}"
+    );
+    file("-role-kix-tenant-leases.json");
+    // As the module's tenantsOnly: the operator reads, the tenants write.
+    assert!(
+        !rbac.iter().any(|n| n.contains("kix-operator-apply")),
+        "{rbac:?}"
+    );
+    let read_role = file("-clusterrole-kix-operator-read.json");
+    assert!(
+        read_role.contains(r#""verbs":["get","list","watch"]"#),
+        "{read_role}"
+    );
+    let deployment = read(
+        &path,
+        "packages/operator/resources/001-deployment-kix-operator.json",
+    );
+    assert!(
+        deployment.contains("--require-service-account"),
+        "{deployment}"
+    );
+}
+
+/// A cache without a key to trust it under is refused at evaluation, as
+/// the operator would refuse `--substituter` without `--trusted-public-key`.
+#[test]
+fn substituters_without_keys_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = nix_file(
+        dir.path(),
+        "kix-operator",
+        "",
+        &format!(r#"substituters = [ "{CACHE}" ];"#),
+    );
+    let out = Command::new("nix-instantiate")
+        .arg(&file)
+        .output()
+        .expect("nix-instantiate runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("kix.lib.mkOperatorInstall: substituters need trustedPublicKeys"),
+        "{stderr}"
+    );
 }
