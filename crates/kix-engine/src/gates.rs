@@ -764,6 +764,7 @@ mod tests {
                     namespace: Some("web".into()),
                     migrations: vec![],
                     handoff: vec![],
+                    tests: vec![],
                     objects: vec![object],
                 }),
             }

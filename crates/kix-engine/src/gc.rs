@@ -660,8 +660,8 @@ fn gc_object(
                 remaining.iter().cloned().collect::<Vec<_>>().join(", ")
             ));
         }
-        None if l.prune_disabled => {
-            object.note = Some(crate::plan_object::NOTE_PRUNE_DISABLED.to_string());
+        None if l.keep.is_some() => {
+            object.note = l.keep.map(str::to_string);
         }
         None if !unreadable.is_empty() => {
             object.note = Some(format!(

@@ -28,7 +28,9 @@ pub struct Live {
     pub owned: bool,
     pub digest: Option<String>,
     pub activations: BTreeSet<String>,
-    pub prune_disabled: bool,
+    /// Why prune keeps it whatever the build says (`kix.run/prune: disabled`,
+    /// `helm.sh/resource-policy: keep`): the plan's note.
+    pub keep: Option<&'static str>,
     /// Set when the object is being deleted (it has a deletionTimestamp).
     pub deletion: Option<Deletion>,
     /// The version the LIST saw: a later read of the object at (or after)
@@ -233,8 +235,12 @@ impl Wanted for KixLabels {
 /// kix's annotations of a listed object.
 pub(crate) struct KixAnnotations;
 impl Wanted for KixAnnotations {
-    const KEYS: &'static [&'static str] =
-        &[ANNOTATION_DIGEST, ANNOTATION_ACTIVATIONS, ANNOTATION_PRUNE];
+    const KEYS: &'static [&'static str] = &[
+        ANNOTATION_DIGEST,
+        ANNOTATION_ACTIVATIONS,
+        ANNOTATION_PRUNE,
+        kix_manifest::helm::RESOURCE_POLICY,
+    ];
 }
 
 /// The values of `W::KEYS` in a JSON map of strings, in that order; other
@@ -362,7 +368,13 @@ fn to_live(meta: LeanMeta, resource: &Arc<ApiResource>, namespaced: bool) -> Liv
         activations: annotation(ANNOTATION_ACTIVATIONS)
             .map(kix_api::labels::parse_activations)
             .unwrap_or_default(),
-        prune_disabled: annotation(ANNOTATION_PRUNE).is_some_and(|v| v == PRUNE_DISABLED),
+        keep: if annotation(ANNOTATION_PRUNE).is_some_and(|v| v == PRUNE_DISABLED) {
+            Some(crate::plan_object::NOTE_PRUNE_DISABLED)
+        } else if kix_manifest::helm::keeps(annotation(kix_manifest::helm::RESOURCE_POLICY)) {
+            Some(crate::plan_object::NOTE_HELM_KEEP)
+        } else {
+            None
+        },
         deletion: Deletion::of(
             meta.deletion_timestamp.as_deref(),
             meta.finalizers.as_deref().unwrap_or_default(),

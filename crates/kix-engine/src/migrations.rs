@@ -685,6 +685,7 @@ mod tests {
             namespace: Some("data".into()),
             migrations,
             handoff: vec![],
+            tests: vec![],
             objects: vec![],
         }
     }

@@ -283,6 +283,7 @@ mod tests {
             namespace: None,
             migrations: vec![],
             handoff: vec![],
+            tests: vec![],
             objects: vec![],
         }
     }

@@ -743,8 +743,8 @@ fn dropped(l: &Live, ctx: &Ctx) -> PlannedObject {
         (Action::Keep, Some(crate::claims::unfounded_note(&claimed)))
     } else if let Some(deletion) = &l.deletion {
         (Action::Deleting, Some(deletion.describe()))
-    } else if l.prune_disabled {
-        (Action::Keep, Some(NOTE_PRUNE_DISABLED.to_string()))
+    } else if let Some(note) = l.keep {
+        (Action::Keep, Some(note.to_string()))
     } else if !others.is_empty() {
         (Action::Keep, Some(NOTE_SHARED.to_string()))
     } else {

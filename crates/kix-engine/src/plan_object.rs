@@ -121,6 +121,8 @@ fn is_zero(n: &u32) -> bool {
 pub const NOTE_SHARED: &str =
     "another Kix cluster's current build has it: only this cluster's entry is removed";
 pub const NOTE_PRUNE_DISABLED: &str = "annotated kix.run/prune: disabled";
+/// An object Helm's release would keep: prune keeps it too.
+pub const NOTE_HELM_KEEP: &str = "annotated helm.sh/resource-policy: keep";
 /// Prefix of the note of an object `--reconcile` found drifted from the build
 /// it was applied from. Its re-apply takes the drifted fields back from
 /// whichever manager changed them (server-side apply force): undoing

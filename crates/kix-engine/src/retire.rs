@@ -230,7 +230,7 @@ async fn release_one(
             .map(|_| ())
         }
     };
-    let result = if l.prune_disabled {
+    let result = if l.keep.is_some() {
         report.kept.push(reference.clone());
         Ok(())
     } else if let Some(current) = released.repoint_to {

@@ -30,6 +30,7 @@ mod error;
 pub mod fast_yaml;
 pub mod group_kind;
 mod handoff;
+pub mod helm;
 mod kinds;
 mod migration;
 pub mod node;

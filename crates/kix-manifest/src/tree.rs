@@ -297,6 +297,10 @@ pub struct Package {
     pub handoff: Vec<Handoff>,
     /// Sorted by [`kind_rank`], then [`ObjectKey`].
     pub objects: Vec<Object>,
+    /// Helm test hooks (`helm.sh/hook: test`): never deployed; `kix test`
+    /// runs them ([`crate::helm`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tests: Vec<Object>,
 }
 
 /// Object counts of a build.
@@ -524,7 +528,7 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
         .filter(|m| m.allow_plaintext_secrets)
         .map(|m| m.name.clone())
         .collect();
-    let mut packages = into_packages(metas, package_objects);
+    let mut packages = into_packages(metas, package_objects)?;
 
     let order = dependency_order(&packages)?;
     for package in packages.values_mut() {
@@ -661,27 +665,48 @@ fn package_dirs(
     Ok(dirs)
 }
 
-/// The packages by name, each with its objects in apply order.
+/// The packages by name, each with its objects in apply order, its Helm
+/// test hooks set apart.
 fn into_packages(
     metas: Vec<PackageJson>,
     package_objects: Vec<Vec<Object>>,
-) -> BTreeMap<String, Package> {
-    metas
-        .into_iter()
-        .zip(package_objects)
-        .map(|(meta, objects)| {
-            let package = Package {
-                name: meta.name,
-                version: meta.version,
-                depends_on: meta.depends_on,
-                namespace: meta.namespace,
-                migrations: meta.migrations,
-                handoff: meta.handoff,
-                objects: apply_order(objects),
-            };
-            (package.name.clone(), package)
-        })
-        .collect()
+) -> Result<BTreeMap<String, Package>, TreeError> {
+    let mut packages = BTreeMap::new();
+    for (meta, objects) in metas.into_iter().zip(package_objects) {
+        let (tests, objects) = split_tests(objects)?;
+        let package = Package {
+            name: meta.name,
+            version: meta.version,
+            depends_on: meta.depends_on,
+            namespace: meta.namespace,
+            migrations: meta.migrations,
+            handoff: meta.handoff,
+            objects: apply_order(objects),
+            tests,
+        };
+        packages.insert(package.name.clone(), package);
+    }
+    Ok(packages)
+}
+
+/// A package's objects split into Helm test hooks and the rest; a Helm
+/// annotation Helm would refuse is an error naming the object's file.
+fn split_tests(objects: Vec<Object>) -> Result<(Vec<Object>, Vec<Object>), TreeError> {
+    let mut tests = Vec::new();
+    let mut rest = Vec::with_capacity(objects.len());
+    for object in objects {
+        match crate::helm::hook_of(&object) {
+            Ok(Some(hook)) if hook.is_test() => tests.push(object),
+            Ok(_) => rest.push(object),
+            Err(error) => {
+                return Err(TreeError::Unparsable {
+                    message: format!("document {}: {}: {error}", object.document, object.key),
+                    file: object.source,
+                });
+            }
+        }
+    }
+    Ok((tests, rest))
 }
 
 /// The files of one package directory.

@@ -101,10 +101,18 @@ struct Summary {
 }
 
 #[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 struct PackageSummary {
     name: String,
     version: String,
     objects: usize,
+    /// Helm test hooks: not deployed.
+    #[serde(skip_serializing_if = "is_zero")]
+    helm_tests: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Summary {
@@ -119,6 +127,7 @@ impl Summary {
                     name: p.name.clone(),
                     version: p.version.clone(),
                     objects: p.objects.len(),
+                    helm_tests: p.tests.len(),
                 })
                 .collect(),
             kinds: build.summary().by_kind,
@@ -155,7 +164,7 @@ impl Summary {
                 .max()
                 .unwrap_or(0);
             for p in &self.packages {
-                let _ = writeln!(
+                let _ = write!(
                     out,
                     "  {:name_width$}  {:version_width$}  {} {}",
                     p.name,
@@ -163,6 +172,11 @@ impl Summary {
                     p.objects,
                     plural(p.objects, "object", "objects"),
                 );
+                if p.helm_tests > 0 {
+                    let hooks = plural(p.helm_tests, "Helm test hook", "Helm test hooks");
+                    let _ = write!(out, ", {} {hooks} (not deployed)", p.helm_tests);
+                }
+                out.push('\n');
             }
         }
         if !self.kinds.is_empty() {
