@@ -73,14 +73,30 @@ let
     ++ lib.mapAttrsToList (name: _: "--age-key-file=${name}=${boundKey name}") cfg.ageKeyFiles
     ++ lib.optional (cfg.defaultServiceAccount != null) "--default-service-account=${cfg.defaultServiceAccount}"
     ++ lib.optional cfg.requireServiceAccount "--require-service-account"
+    ++ map (url: "--substituter=${url}") cfg.substituters
+    ++ map (key: "--trusted-public-key=${key}") cfg.trustedPublicKeys
+    ++ lib.optional (cfg.store != null) "--store=${cfg.store}"
     ++ lib.concatLists (lib.mapAttrsToList renderFlag cfg.settings)
     ++ cfg.extraArgs;
   # One ExecStart argument: quoted, with systemd's specifiers escaped.
   systemdArg = a: lib.replaceStrings [ "%" "$" ] [ "%%" "$$" ] (builtins.toJSON a);
+  # The directory of a store of the operator's own (store =
+  # "local?root=DIR" or "DIR"): made and writable; its GC roots are kept
+  # inside it, not in gcRootsDir.
+  storeRoot =
+    let
+      root = if cfg.store == null then null else builtins.match "local[?](.*&)?root=([^&]+).*" cfg.store;
+    in
+    if root != null then
+      builtins.elemAt root 1
+    else if cfg.store != null && lib.hasPrefix "/" cfg.store then
+      cfg.store
+    else
+      null;
   environment = {
     NIX_REMOTE = "daemon";
-    KIX_GCROOTS_DIR = cfg.gcRootsDir;
   }
+  // lib.optionalAttrs (storeRoot == null) { KIX_GCROOTS_DIR = cfg.gcRootsDir; }
   // cfg.environment;
 
   # The operator's own ServiceAccount, as the apiserver names its requests.
@@ -345,6 +361,24 @@ in
       Refuse records that name no ServiceAccount (--require-service-account):
       Failed, with the reason, nothing changed.
     '';
+    substituters = option (types.listOf (types.strMatching "(file|https?|s3)://[^[:space:]]+")) [ ] ''
+      Binary caches the operator fetches builds from (--substituter, each):
+      [ "https://cache.example.org" ]. Needs trustedPublicKeys: only builds
+      signed by a trusted key are fetched.
+    '';
+    trustedPublicKeys = option (types.listOf (types.strMatching "[^:[:space:]]+:[A-Za-z0-9+/=]+")) [ ] ''
+      Public keys (NAME:BASE64, as `nix key convert-secret-to-public` prints
+      them) a record's build must be signed by (--trusted-public-key, each):
+      its whole closure, whether or not it was already in the store; an
+      unsigned, wrongly signed or tampered build ends the record Failed
+      before any change. [ ]: builds are taken from the store as they are.
+    '';
+    store = option (types.nullOr types.str) null ''
+      The Nix store the operator keeps builds in (--store):
+      "local?root=/var/lib/kix-operator/store" gives it a store of its own
+      (made writable for it; its GC roots inside it), from which it deletes
+      the builds of retired records. null: the host's store.
+    '';
     tenants = mkOption {
       type = types.nullOr (
         types.addCheck types.package (t: t ? declaration && t ? serviceAccounts)
@@ -530,6 +564,10 @@ in
           message = "services.kix-operator.tenants: platform.users must include ${operatorUser}, the operator's ServiceAccount, which writes the records' status.";
         }
         {
+          assertion = cfg.substituters == [ ] || cfg.trustedPublicKeys != [ ];
+          message = "services.kix-operator.substituters needs trustedPublicKeys: the operator fetches only builds signed by a key it trusts.";
+        }
+        {
           assertion = !cfg.rbac.tenantsOnly || cfg.requireServiceAccount || cfg.defaultServiceAccount != null;
           message = "services.kix-operator.rbac.tenantsOnly: the operator has no write rights of its own; set requireServiceAccount = true (records naming no ServiceAccount are refused) or defaultServiceAccount.";
         }
@@ -568,7 +606,8 @@ in
       systemd.tmpfiles.rules = [
         "d ${stateDir} 0750 ${owner} ${group} - -"
         "d ${cfg.gcRootsDir} 0755 ${owner} ${group} - -"
-      ];
+      ]
+      ++ lib.optional (storeRoot != null) "d ${storeRoot} 0750 ${owner} ${group} - -";
       networking.firewall.allowedTCPPorts = mkIf cfg.openFirewall [ cfg.metricsPort ];
       systemd.services = lib.mapAttrs' (name: c: lib.nameValuePair "kix-declare-${name}" (declareUnit name c)) cfg.clusters;
     }
@@ -655,7 +694,7 @@ in
           Group = "kix-operator";
           Restart = "always";
           RestartSec = 5;
-          ReadWritePaths = [ cfg.gcRootsDir ];
+          ReadWritePaths = [ cfg.gcRootsDir ] ++ lib.optional (storeRoot != null) storeRoot;
           CapabilityBoundingSet = "";
           NoNewPrivileges = true;
           ProtectSystem = "strict";

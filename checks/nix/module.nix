@@ -229,7 +229,10 @@ in
     "rbac"
     "requireServiceAccount"
     "settings"
+    "store"
+    "substituters"
     "tenants"
+    "trustedPublicKeys"
   ] (builtins.attrNames options);
   moduleRbacOptionNames = eq [
     "applyRules"
@@ -268,7 +271,7 @@ in
   optionDocsDefaultsWithoutStorePaths = eq [ ] (
     map (d: d.name) (builtins.filter (d: has "/nix/store" (builtins.toJSON (d.default or null))) docs)
   );
-  optionDocsCount = eq 39 (builtins.length docs);
+  optionDocsCount = eq 42 (builtins.length docs);
   moduleClusterOptionNames = eq [
     "absent"
     "acceptMigrations"
@@ -330,6 +333,9 @@ in
     defaultServiceAccount = null;
     requireServiceAccount = false;
     tenants = null;
+    substituters = [ ];
+    trustedPublicKeys = [ ];
+    store = null;
   } {
     inherit (defaults)
       enable
@@ -348,6 +354,9 @@ in
       defaultServiceAccount
       requireServiceAccount
       tenants
+      substituters
+      trustedPublicKeys
+      store
       ;
     bootstrap = removeAttrs defaults.bootstrap [
       "cluster"
@@ -481,6 +490,47 @@ in
   hostExecStart = ok (
     lib.hasPrefix "\"${host.services.kix-operator.package}/bin/kix-operator\" \"--kubeconfig=/var/lib/kix-operator/kubeconfig\"" hostUnit.serviceConfig.ExecStart
   );
+  # Fetching builds (#44): each cache and key a flag; a store of its own
+  # made, writable, and holding its GC roots (no KIX_GCROOTS_DIR).
+  fetchFlags =
+    let
+      fetching = eval {
+        enable = true;
+        mode = "host";
+        substituters = [ "https://cache.example.org" "file:///srv/cache" ];
+        trustedPublicKeys = [ "ci-1:f+8sP/+hLYlJ6SSuHHhV4pdyOd+Eu2WGxX9WmXn2aHQ=" ];
+        store = "local?root=/var/lib/kix-operator/store";
+      };
+      unit = fetching.systemd.services.kix-operator;
+      start = unit.serviceConfig.ExecStart;
+    in
+    eq {
+      flags = true;
+      writable = [ "/nix/var/nix/gcroots/kix" "/var/lib/kix-operator/store" ];
+      made = true;
+      roots = false;
+    } {
+      flags =
+        has "\"--substituter=https://cache.example.org\" \"--substituter=file:///srv/cache\"" start
+        && has "\"--trusted-public-key=ci-1:f+8sP/+hLYlJ6SSuHHhV4pdyOd+Eu2WGxX9WmXn2aHQ=\"" start
+        && has "\"--store=local?root=/var/lib/kix-operator/store\"" start;
+      writable = unit.serviceConfig.ReadWritePaths;
+      made = builtins.elem "d /var/lib/kix-operator/store 0750 kix-operator kix-operator - -" fetching.systemd.tmpfiles.rules;
+      roots = unit.environment ? KIX_GCROOTS_DIR;
+    };
+  substitutersNeedAKey = ok (
+    builtins.any (has "substituters needs trustedPublicKeys") (
+      failedAssertions (eval {
+        enable = true;
+        kubeconfigFile = k3sKubeconfig;
+        substituters = [ "https://cache.example.org" ];
+      })
+    )
+  );
+  badTrustedKeyIsRefused = throws (eval {
+    enable = true;
+    trustedPublicKeys = [ "no-colon" ];
+  }).services.kix-operator.trustedPublicKeys;
   # systemd reads % as a specifier and $ as a variable: both are doubled.
   hostExecStartEscapesSpecifiers = ok (
     has "\"--label=50%%-$$HOME\"" (eval {
