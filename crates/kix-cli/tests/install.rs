@@ -3,7 +3,9 @@
 //! `kix validate` and deploys with `kix deploy` on the real control plane:
 //! the store's PersistentVolumeClaim is Bound, the Deployment's two replicas
 //! are scheduled on a KWOK node, with the own-store, leader-election and
-//! cache flags and the /healthz and /readyz probes.
+//! cache flags and the /healthz and /readyz probes. The real operator, run
+//! with the Deployment's arguments as the install's ServiceAccount, becomes
+//! ready and holds the leader Lease in kix-system.
 //!
 //! The install's objects have fixed names (Namespace kix-system, ClusterRoles
 //! kix-operator and kix-operator-apply): this test owns them while it runs
@@ -247,6 +249,99 @@ async fn check_deployed(client: Client, cluster: String, deploy: Run) {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kix-system");
     assert_deployment(&deployments.get("kix-operator").await.expect("deployment"));
     assert_pods_on_kwok(&client, &cluster).await;
+    operator_runs_as_installed(&client, &cluster).await;
+}
+
+/// The real operator, with the Deployment's arguments (the store under a
+/// scratch directory instead of /var/lib/kix, a free port) and the
+/// install's ServiceAccount's rights, becomes ready and holds the leader
+/// Lease in kix-system: the manifests' flags are the binary's and the RBAC
+/// is enough. It manages only a Kix cluster nobody else uses.
+async fn operator_runs_as_installed(client: &Client, cluster: &str) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kix-system");
+    let deployment = deployments.get("kix-operator").await.expect("deployment");
+    let container = &deployment
+        .spec
+        .expect("spec")
+        .template
+        .spec
+        .expect("pod")
+        .containers[0];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let args: Vec<String> = container
+        .args
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| match a.as_str() {
+            "--store=local?root=/var/lib/kix" => format!("--store=local?root={}", store.display()),
+            "--metrics-addr=0.0.0.0:8080" => format!("--metrics-addr={port}"),
+            _ => a,
+        })
+        .collect();
+    let kubeconfig = kix_testkit::kubeconfig_for_user(
+        "system:serviceaccount:kix-system:kix-operator",
+        dir.path(),
+    )
+    .expect("the ServiceAccount's kubeconfig");
+    let log = dir.path().join("operator.log");
+    let mut child = Command::new(common::operator_bin())
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--cluster", &format!("{cluster}-none")])
+        .args(&args)
+        .env("POD_NAME", "install-test-replica")
+        .env("KIX_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start kix-operator");
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "kix-system");
+    let holder = poll(
+        "the leader Lease kix-system/kix-operator held",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            let leases = leases.clone();
+            async move {
+                let lease = leases.get_opt("kix-operator").await.ok()??;
+                lease.spec?.holder_identity
+            }
+        },
+    )
+    .await;
+    let ready = readyz(port);
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(holder, "install-test-replica", "{log}");
+    assert!(ready.contains("200"), "/readyz: {ready}\n{log}");
+    assert!(!log.contains("forbidden"), "{log}");
+}
+
+/// The status line of GET /readyz, polled up to 30 s.
+fn readyz(addr: std::net::SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut last = String::new();
+    for _ in 0..60 {
+        if let Ok(mut socket) = std::net::TcpStream::connect(addr) {
+            let _ = socket.write_all(b"GET /readyz HTTP/1.0\r\n\r\n");
+            let mut response = String::new();
+            let _ = socket.read_to_string(&mut response);
+            last = response.lines().next().unwrap_or_default().to_owned();
+            if last.contains("200") {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    last
 }
 
 #[tokio::test]
