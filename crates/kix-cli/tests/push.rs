@@ -314,3 +314,68 @@ async fn an_interrupted_push_writes_no_record_and_the_next_run_completes_it() {
     assert!(out.stdout.contains("0 path(s) sent"), "{out}");
     assert_eq!(server.uploads().len(), uploads, "nothing uploaded");
 }
+
+/// `kix rollback --operator` to a build the cache no longer has: without a
+/// key it is refused before any record (naming the cache and the flag);
+/// with one, the build is published again and the record names the cache
+/// and the signer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_through_the_operator_publishes_a_target_the_cache_lost() {
+    let env = TestEnv::new("push-back").await.expect("control plane");
+    common::tenancy::install_crds(&env);
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let dir = scratch.path();
+    let (secret, public) = key_pair(dir, "kix-push-3");
+    let cache_dir = dir.join("cache");
+    let server = CacheServer::start(&cache_dir).expect("cache server");
+    let _operator = start_operator(&env, dir);
+    let mut tops = Vec::new();
+    for version in ["v1", "v2"] {
+        let version_dir = dir.join(version);
+        std::fs::create_dir_all(&version_dir).expect("mkdir");
+        let file = cluster_file(&version_dir, &env, &server.url, &public);
+        let file_arg = file.to_str().expect("utf-8");
+        tops.push(build_path(&file, &env.cluster));
+        let deploy = [
+            "deploy",
+            &env.cluster,
+            "-f",
+            file_arg,
+            "--operator",
+            "--yes",
+        ];
+        let out = kix(dir, Some(&secret), &deploy);
+        assert_eq!(out.code, Some(0), "{version}: {out}");
+    }
+    // The cache loses the first build's own path.
+    std::fs::remove_file(cache_dir.join(narinfo_name(&tops[0]))).expect("remove narinfo");
+
+    let rollback = ["rollback", &env.cluster, "--operator", "--yes"];
+    let out = kix(dir, None, &rollback);
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(
+        out.stderr
+            .contains(&format!("the build {} is not in {}", tops[0], server.url))
+            && out.stderr.contains("--sign-key FILE")
+            && out.stderr.contains("nothing was changed"),
+        "{out}"
+    );
+    assert_eq!(
+        records(&env.client, &env.cluster).await.len(),
+        2,
+        "no record"
+    );
+
+    let out = kix(dir, Some(&secret), &rollback);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(out.stderr.contains("1 path(s) sent"), "{out}");
+    let recs = records(&env.client, &env.cluster).await;
+    let record = recs.last().expect("the rollback's record");
+    assert_eq!(record.spec.source.path, tops[0]);
+    assert_eq!(
+        record.spec.source.cache.as_deref(),
+        Some(server.url.as_str())
+    );
+    assert_eq!(record.spec.source.signed_by.as_deref(), Some("kix-push-3"));
+    assert!(verified(&server.url, &tops[0], &public));
+}

@@ -110,7 +110,7 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
     let mut confirm_args = args.confirm.clone();
     confirm_args.yes |= saved.is_some();
     if args.operator {
-        let publish = Publish::of(&build, &args.key, !global.quiet)?;
+        let publish = super::push::Publish::of(&build, &args.key, !global.quiet)?;
         return deploy_with_operator(&client, &build, &plan, options, &confirm_args, publish).await;
     }
     // Refusals first: nothing is asked or changed when the plan cannot run.
@@ -316,55 +316,6 @@ fn read_saved_plan(
     Ok(saved)
 }
 
-/// Where an operator deploy publishes its build: the build's
-/// settings.cache, signed with the user's key.
-struct Publish {
-    cache: kix_nix::Cache,
-    key: kix_nix::SigningKey,
-    show_progress: bool,
-}
-
-impl Publish {
-    /// None when the build names no cache; an error, before anything is
-    /// asked or changed, when it does and no key is given.
-    fn of(
-        build: &kix_manifest::Build,
-        key: &super::push::SignKeyArgs,
-        show_progress: bool,
-    ) -> anyhow::Result<Option<Publish>> {
-        let Some(setting) = &build.settings.cache else {
-            return Ok(None);
-        };
-        let Some(key) = key.key()? else {
-            anyhow::bail!(
-                "Kix cluster {} publishes its builds to {} (settings.cache), and no key was given to sign them: pass --sign-key FILE or set {} to a Nix secret key file (nix key generate-secret --key-name NAME): nothing was changed",
-                build.cluster,
-                setting.url,
-                super::push::SIGN_KEY_ENV
-            );
-        };
-        Ok(Some(Publish {
-            cache: super::push::cache_of(setting),
-            key,
-            show_progress,
-        }))
-    }
-
-    /// Pushes the build and says where the record will say it comes from.
-    async fn run(&self, path: &str, receipt: &mut ReceiptInfo) -> anyhow::Result<()> {
-        let path = kix_manifest::StorePath::parse(path)?;
-        let report =
-            super::push::publish(&path, &self.cache, Some(&self.key), self.show_progress).await?;
-        eprintln!(
-            "{}",
-            super::push::report_line(&path, &self.cache, &report, Some(&self.key))
-        );
-        receipt.cache = Some(self.cache.url.to_string());
-        receipt.signed_by = Some(self.key.name().to_owned());
-        Ok(())
-    }
-}
-
 /// `deploy --operator`: the local plan's guards, then the push to the
 /// build's cache (a failed push writes no record), then the record, then
 /// wait.
@@ -374,7 +325,7 @@ async fn deploy_with_operator(
     plan: &kix_engine::plan::Plan,
     mut options: DeployOptions,
     confirm_args: &ConfirmArgs,
-    publish: Option<Publish>,
+    publish: Option<super::push::Publish>,
 ) -> anyhow::Result<ExitCode> {
     use super::operator;
     // The operator prunes; conflicts with controllers are its to resolve (it

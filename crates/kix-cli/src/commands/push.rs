@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use clap::Args;
+use kix_engine::deploy::ReceiptInfo;
 use kix_manifest::{CacheSetting, CacheUrl, StorePath};
 use kix_nix::{Cache, PushProgress, PushReport, SigningKey};
 
@@ -157,6 +158,91 @@ fn human_bytes(bytes: u64) -> String {
         unit += 1;
     }
     format!("{value:.1} {}", UNITS[unit])
+}
+
+/// Where an operator deploy (or rollback) publishes its build: the build's
+/// settings.cache, signed with the user's key.
+pub struct Publish {
+    cache: kix_nix::Cache,
+    key: kix_nix::SigningKey,
+    show_progress: bool,
+}
+
+impl Publish {
+    /// None when the build names no cache; an error, before anything is
+    /// asked or changed, when it does and no key is given.
+    pub fn of(
+        build: &kix_manifest::Build,
+        key: &SignKeyArgs,
+        show_progress: bool,
+    ) -> anyhow::Result<Option<Publish>> {
+        let Some(setting) = &build.settings.cache else {
+            return Ok(None);
+        };
+        let Some(key) = key.key()? else {
+            anyhow::bail!(
+                "Kix cluster {} publishes its builds to {} (settings.cache), and no key was given to sign them: pass --sign-key FILE or set {} to a Nix secret key file (nix key generate-secret --key-name NAME): nothing was changed",
+                build.cluster,
+                setting.url,
+                SIGN_KEY_ENV
+            );
+        };
+        Ok(Some(Publish {
+            cache: cache_of(setting),
+            key,
+            show_progress,
+        }))
+    }
+
+    /// Pushes the build and says where the record will say it comes from.
+    pub async fn run(&self, path: &str, receipt: &mut ReceiptInfo) -> anyhow::Result<()> {
+        let path = kix_manifest::StorePath::parse(path)?;
+        let report = publish(&path, &self.cache, Some(&self.key), self.show_progress).await?;
+        eprintln!(
+            "{}",
+            report_line(&path, &self.cache, &report, Some(&self.key))
+        );
+        receipt.cache = Some(self.cache.url.to_string());
+        receipt.signed_by = Some(self.key.name().to_owned());
+        Ok(())
+    }
+}
+
+/// Where an operator rollback's target comes from: pushed with the
+/// user's key when one is given (idempotent: nothing is sent if the cache
+/// has it); else the cache must hold it already, signed by one of its
+/// public keys (checked with Nix), and the record names the cache and the
+/// signer the target's record named. None when the build names no cache.
+pub async fn target_source(
+    build: &kix_manifest::Build,
+    path: &str,
+    key: &SignKeyArgs,
+    target: &kix_api::Activation,
+    show_progress: bool,
+    receipt: &mut ReceiptInfo,
+) -> anyhow::Result<()> {
+    if key.sign_key.is_some()
+        && let Some(publish) = Publish::of(build, key, show_progress)?
+    {
+        return publish.run(path, receipt).await;
+    }
+    let Some(setting) = &build.settings.cache else {
+        return Ok(());
+    };
+    let cache = cache_of(setting);
+    let store_path = kix_manifest::StorePath::parse(path)?;
+    let checked = (cache.clone(), store_path.clone());
+    let verified = tokio::task::spawn_blocking(move || checked.0.verify(&checked.1)).await?;
+    if let Err(error) = verified {
+        anyhow::bail!(
+            "the build {path} is not in {} as Kix cluster {} needs it ({error}): pass --sign-key FILE (or set {SIGN_KEY_ENV}) to publish it: nothing was changed",
+            cache.url,
+            build.cluster
+        );
+    }
+    receipt.cache = Some(cache.url.to_string());
+    receipt.signed_by = target.spec.source.signed_by.clone();
+    Ok(())
 }
 
 #[cfg(test)]

@@ -40,6 +40,11 @@ pub struct RollbackArgs {
     /// Activation record for it, then wait for the operator.
     #[arg(long)]
     pub operator: bool,
+    /// With --operator, when the target's build names a cache
+    /// (settings.cache): the key to publish it there with; without one,
+    /// the cache must hold it already.
+    #[command(flatten)]
+    pub key: super::push::SignKeyArgs,
     /// Output format of the plan and the result.
     #[arg(long, short, value_enum, default_value_t)]
     pub output: OutputFormat,
@@ -180,6 +185,18 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
     });
     if args.operator {
         options.engine = kix_api::Engine::Operator;
+        // The operator fetches the target from the build's cache: it is
+        // there (pushed now, or checked) before the record is written.
+        let progress = args.output == OutputFormat::Text && !global.quiet;
+        super::push::target_source(
+            &build,
+            &path,
+            &args.key,
+            target,
+            progress,
+            &mut options.receipt,
+        )
+        .await?;
         return rollback_with_operator(&client, &plan, &options, args.output, summary).await;
     }
     let text = args.output == OutputFormat::Text;
