@@ -20,10 +20,11 @@
 //! the applied `resourceVersion`; with no outcome it is Degraded ("deleted
 //! before it finished; kix saw no outcome"). Any other kind deleted while
 //! waited for is Degraded at once: nothing brings it back, so waiting until
-//! the timeout would only delay the same failure. The wait ends when every target is
-//! Ready, when one is Degraded (with [`WaitOptions::fail_fast_on_degraded`]),
-//! or at the timeout; the [`WaitReport`] then gives every target's last
-//! reason.
+//! the timeout would only delay the same failure.
+//!
+//! The wait ends when every target is Ready or deleted, when one is
+//! Degraded (with [`WaitOptions::fail_fast_on_degraded`]), or at the
+//! timeout; the [`WaitReport`] then gives every target's last reason.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -287,7 +288,8 @@ pub async fn wait_healthy(
                 (index, replay)
             }));
         }
-        if waiter.ready == waiter.targets.len() {
+        // A deleted target's health is final: nothing left to wait for.
+        if waiter.ready + waiter.deleted_unready == waiter.targets.len() {
             break;
         }
         if options.fail_fast_on_degraded && waiter.degraded > 0 {
@@ -373,6 +375,8 @@ struct Waiter {
     rules: Rules,
     /// Applied targets not found, whose history is to be replayed.
     replays: Vec<usize>,
+    /// Targets deleted while waited for that did not end Ready.
+    deleted_unready: usize,
 }
 
 impl Waiter {
@@ -386,6 +390,7 @@ impl Waiter {
             events,
             rules: Rules::builtin(),
             replays: Vec::new(),
+            deleted_unready: 0,
         };
         let mut group_of: HashMap<(ApiResource, Option<String>), usize> = HashMap::new();
         for target in targets {
@@ -556,6 +561,7 @@ impl Waiter {
         }
         state.deleted = true;
         let health = self.outcome_of_deleted(index, object);
+        self.deleted_unready += usize::from(!health.is_ready());
         self.set(index, health);
     }
 
@@ -574,6 +580,7 @@ impl Waiter {
                     false => DELETED_WHILE_WAITING,
                 };
                 let reason = format!("{gone} (its history is not available: {why})");
+                self.deleted_unready += 1;
                 self.set(index, Health::Degraded { reason });
             }
         }
