@@ -182,9 +182,48 @@ fn metrics(operator: &Operator) -> String {
     text
 }
 
+/// What `operator` wrote since `mark` (the audit log; its requests carry
+/// its identity, host and pid, in their user agent), other than records'
+/// status, Events and Leases: `verb resource/name`.
+fn object_writes(operator: &Operator, mark: u64) -> Vec<String> {
+    use std::io::{BufRead, BufReader, Seek, SeekFrom};
+    let agent_end = format!("-{}", operator.child.id());
+    let log = common::audit_log(&kix_testkit::control_plane_dir());
+    let mut file = std::fs::File::open(log).expect("audit log");
+    file.seek(SeekFrom::Start(mark)).expect("seek");
+    let mut out = Vec::new();
+    for line in BufReader::new(file).lines() {
+        let Ok(line) = line else { break };
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+        let (verb, resource) = (text(&event["verb"]), text(&event["objectRef"]["resource"]));
+        let ours = text(&event["userAgent"]).starts_with("kix-operator/")
+            && text(&event["userAgent"]).ends_with(&agent_end);
+        let write = matches!(verb.as_str(), "create" | "update" | "patch" | "delete");
+        let bookkeeping = matches!(resource.as_str(), "activations" | "events" | "leases");
+        if event["stage"] == "ResponseComplete" && ours && write && !bookkeeping {
+            out.push(format!(
+                "{verb} {resource}/{}",
+                text(&event["objectRef"]["name"])
+            ));
+        }
+    }
+    out
+}
+
 /// A record refused by the operator: Failed, its message naming the
-/// path, each of `needles`; its ConfigMap `cm` never written.
-async fn assert_refused(env: &TestEnv, path: &str, cm: &str, needles: &[&str]) -> String {
+/// path, each of `needles`; nothing of it written (its ConfigMap `cm`
+/// does not exist, the audit log shows no write but the record's).
+async fn assert_refused(
+    env: &TestEnv,
+    operator: &Operator,
+    path: &str,
+    cm: &str,
+    needles: &[&str],
+) -> String {
+    let mark = common::audit_mark(&kix_testkit::control_plane_dir());
     let name = write_record(&env.client, &env.cluster, path).await;
     let record = common::settled(&env.client, &name).await;
     let message = record
@@ -198,6 +237,11 @@ async fn assert_refused(env: &TestEnv, path: &str, cm: &str, needles: &[&str]) -
         assert!(message.contains(needle), "{cm}: {needle:?} in {message}");
     }
     assert!(!config_map_exists(env, cm).await, "{cm}: nothing applied");
+    assert_eq!(
+        object_writes(operator, mark),
+        Vec::<String>::new(),
+        "{cm}: zero writes"
+    );
     message
 }
 
@@ -253,9 +297,15 @@ async fn an_operator_with_its_own_store_applies_only_builds_a_trusted_key_signed
         "--operator",
         "--yes",
     ];
+    let mark = common::audit_mark(&kix_testkit::control_plane_dir());
     let out = kix(dir, &secret, &deploy);
     assert_eq!(out.code, Some(0), "{out}");
     assert!(config_map_exists(&env, "first").await, "applied");
+    let writes = object_writes(&operator, mark);
+    assert!(
+        writes.iter().any(|w| w.ends_with("configmaps/first")),
+        "the audit log shows the operator's writes: {writes:?}"
+    );
     assert!(in_store(&store, &first_path), "fetched into its store");
     assert!(
         operator
@@ -274,7 +324,14 @@ async fn an_operator_with_its_own_store_applies_only_builds_a_trusted_key_signed
         &format!("file://{}", cache("unsigned").0.display()),
         &[],
     );
-    assert_refused(&env, &unsigned, "unsigned", &["kix-store-1:", "not signed"]).await;
+    assert_refused(
+        &env,
+        &operator,
+        &unsigned,
+        "unsigned",
+        &["kix-store-1:", "not signed"],
+    )
+    .await;
     assert!(!in_store(&store, &unsigned));
 
     // Signed by a key the operator does not trust: Failed.
@@ -288,7 +345,14 @@ async fn an_operator_with_its_own_store_applies_only_builds_a_trusted_key_signed
         other_secret.display()
     );
     copy(&other, &signed_other, &[]);
-    assert_refused(&env, &other, "other", &["kix-store-1:", "not signed"]).await;
+    assert_refused(
+        &env,
+        &operator,
+        &other,
+        "other",
+        &["kix-store-1:", "not signed"],
+    )
+    .await;
     assert!(!in_store(&store, &other));
 
     // Signed by the trusted key, its NAR changed in the cache: Failed.
@@ -306,6 +370,7 @@ async fn an_operator_with_its_own_store_applies_only_builds_a_trusted_key_signed
     tamper(&tampered_dir, &tampered, "tampered");
     assert_refused(
         &env,
+        &operator,
         &tampered,
         "tampered",
         &["kix-store-1:", "hash mismatch"],
@@ -320,7 +385,14 @@ async fn an_operator_with_its_own_store_applies_only_builds_a_trusted_key_signed
     );
     copy(&present, &store_url, &["--no-check-sigs"]);
     assert!(in_store(&store, &present));
-    assert_refused(&env, &present, "present", &["kix-store-1:", "is untrusted"]).await;
+    assert_refused(
+        &env,
+        &operator,
+        &present,
+        "present",
+        &["kix-store-1:", "is untrusted"],
+    )
+    .await;
 
     // A content-addressed build (nix-store --add) needs no signature in
     // Nix: refused when signatures are required.
@@ -338,7 +410,14 @@ async fn an_operator_with_its_own_store_applies_only_builds_a_trusted_key_signed
     );
     let ca = common::add_to_store(&tree);
     copy(&ca, &store_url, &[]);
-    assert_refused(&env, &ca, "ca", &["content-addressed", "kix-store-1:"]).await;
+    assert_refused(
+        &env,
+        &operator,
+        &ca,
+        "ca",
+        &["content-addressed", "kix-store-1:"],
+    )
+    .await;
 
     // The first build still Active; a second replaces it; once retention
     // retires the first, its build leaves the operator's store, the
