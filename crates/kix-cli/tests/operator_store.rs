@@ -463,3 +463,81 @@ async fn an_operator_with_its_own_store_applies_only_builds_a_trusted_key_signed
     let out = run(Command::new("nix-store").args(["--check-validity", &first_path]));
     assert_eq!(out.code, Some(0), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_trusted_key_the_operator_takes_its_store_as_it_is_and_says_so() {
+    let env = TestEnv::new("opstore-open").await.expect("control plane");
+    common::tenancy::install_crds(&env);
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let dir = scratch.path();
+    let store = dir.join("store");
+    let store_url = format!("local?root={}", store.display());
+    let start = |flags: &[&str], log: &str| {
+        Operator::start_with(
+            &kix_testkit::kubeconfig_path(),
+            &[&env.cluster],
+            &env.namespace,
+            &format!("{}-op", env.cluster),
+            dir.join(log),
+            None,
+            flags,
+        )
+    };
+
+    // A cache and no key to check it with: refused at start.
+    let mut refused = start(
+        &[
+            "--store",
+            &store_url,
+            "--substituter",
+            "http://127.0.0.1:1/c",
+        ],
+        "refused.log",
+    );
+    let status = refused.child.wait().expect("wait");
+    assert!(!status.success());
+    assert!(
+        refused
+            .log()
+            .contains("--substituter needs --trusted-public-key"),
+        "{}",
+        refused.log()
+    );
+
+    // No key: an unsigned (content-addressed) build in its store is
+    // applied as it is, read under the store's root; the log says so.
+    let operator = start(&["--store", &store_url], "operator.log");
+    let tree = dir.join("tree");
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: open\ndata: {a: b}\n";
+    common::write_tree(
+        &tree,
+        &env.cluster,
+        &[common::Pkg {
+            name: "web".into(),
+            depends_on: vec![],
+            namespace: env.namespace.clone(),
+            files: vec![("cm.yaml".into(), cm.as_bytes().to_vec())],
+        }],
+    );
+    let path = common::add_to_store(&tree);
+    copy(&path, &store_url, &[]);
+    let name = write_record(&env.client, &env.cluster, &path).await;
+    let record = common::settled(&env.client, &name).await;
+    assert_eq!(record.phase(), Some(Phase::Active), "{:?}", record.status);
+    assert!(config_map_exists(&env, "open").await);
+    assert!(
+        operator.log().contains(
+            "no trusted key is configured (--trusted-public-key): builds are taken from the store as they are"
+        ),
+        "{}",
+        operator.log()
+    );
+    assert!(
+        store
+            .join("nix/var/nix/gcroots/kix")
+            .join(&env.cluster)
+            .join(&name)
+            .is_symlink(),
+        "the record's GC root is inside its store"
+    );
+}
