@@ -215,3 +215,76 @@ async fn ingress_nginx_admission_jobs_deploy_the_first_time_beside_slow_neighbou
         plan.stdout
     );
 }
+
+#[tokio::test]
+async fn a_job_that_finished_is_remembered_though_a_neighbour_failed() {
+    let kix = Kix::new("jobs-neighbour-failed").await;
+    let objects = job("--host=a") + &cli_support::deployment("stuck", false);
+    let tree = kix.tree("v1", &objects, serde_json::json!({}));
+    let run = kix.deploy(&tree, &["--timeout", "30s"]);
+    assert_ne!(run.code, Some(0), "{}", run.stdout);
+    let said = format!("{}{}", run.stdout, run.stderr);
+    assert!(said.contains("Deployment"), "{said}");
+    assert!(!said.contains("admission-create not healthy"), "{said}");
+    wait_gone(&kix);
+    // The Job ran for this build: a rerun waits for the Deployment only.
+    let plan = kix.kix(&[
+        "plan",
+        kix.cluster(),
+        "--path",
+        tree.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        plan.stdout.contains("unchanged (completed)"),
+        "{}",
+        plan.stdout
+    );
+}
+
+/// A Job whose Pod is never scheduled: it runs until someone deletes it.
+fn stuck_job() -> String {
+    job("--host=a")
+        .replace("  ttlSecondsAfterFinished: 0\n", "")
+        .replace(
+            "      restartPolicy: OnFailure\n",
+            "      restartPolicy: OnFailure\n      nodeSelector: {kix-test: nowhere}\n",
+        )
+}
+
+#[tokio::test]
+async fn a_job_deleted_by_hand_mid_deploy_is_reported_once_not_waited_for() {
+    let kix = Kix::new("jobs-by-hand").await;
+    let tree = kix.tree("v1", &stuck_job(), serde_json::json!({}));
+    let started = Instant::now();
+    let run = std::thread::scope(|scope| {
+        let deploy = scope.spawn(|| kix.deploy(&tree, &["--timeout", "240s"]));
+        let until = Instant::now() + Duration::from_secs(60);
+        while !job_exists(&kix) {
+            assert!(Instant::now() < until, "the Job was never created");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        kix.kubectl(&[
+            "delete",
+            "job",
+            "-n",
+            kix.ns(),
+            "admission-create",
+            "--wait=false",
+        ]);
+        deploy.join().expect("deploy thread")
+    });
+    // Bound: far below the 240 s timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_ne!(run.code, Some(0), "{}", run.stdout);
+    let said = format!("{}{}", run.stdout, run.stderr);
+    assert!(
+        said.contains("admission-create degraded: deleted before it finished; kix saw no outcome"),
+        "{said}"
+    );
+    assert!(!said.contains("timed out"), "{said}");
+}

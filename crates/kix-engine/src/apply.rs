@@ -266,10 +266,12 @@ async fn wait_group(
     match wait_healthy(client.clone(), to_wait, wait_options).await {
         Ok(report) if report.is_success() => {
             changes.healthy += report.ready.len() as u32;
+            changes.completed_jobs = completed_jobs(&report);
             (true, changes)
         }
         Ok(report) => {
             changes.healthy += report.ready.len() as u32;
+            changes.completed_jobs = completed_jobs(&report);
             let reasons = unhealthy_reasons(&report, stage.timeout);
             let shown = reasons.len().min(crate::changes::MESSAGES_LISTED);
             let mut message = format!("{group}: {}", reasons[..shown].join(", "));
@@ -293,6 +295,18 @@ async fn wait_group(
             (false, changes)
         }
     }
+}
+
+/// The Jobs a wait found complete (whether removed since or not), as the
+/// record remembers them.
+fn completed_jobs(report: &crate::wait::WaitReport) -> Vec<String> {
+    let job = kix_manifest::group_kind::JOB;
+    report
+        .ready
+        .iter()
+        .filter(|t| t.resource.group == job.group && t.resource.kind == job.kind)
+        .map(|t| format!("{}/{}", t.namespace.as_deref().unwrap_or_default(), t.name))
+        .collect()
 }
 
 /// Why a group is not healthy: the time ran out, objects degraded or not

@@ -25,6 +25,9 @@ pub struct ChangeSet<'p> {
     pub unchanged: Vec<&'p ObjectKey>,
     /// Objects found healthy, applied or not.
     pub healthy: u32,
+    /// Jobs a wait saw complete (`namespace/name`), removed since or not:
+    /// remembered on the record even when the deploy failed elsewhere.
+    pub completed_jobs: Vec<String>,
     /// Objects whose apply failed (a failed migration counts one).
     pub failed: u32,
     /// Objects the prune deleted.
@@ -69,6 +72,7 @@ impl<'p> ChangeSet<'p> {
         self.configured.extend(other.configured);
         self.unchanged.extend(other.unchanged);
         self.healthy += other.healthy;
+        self.completed_jobs.extend(other.completed_jobs);
         self.failed += other.failed;
         self.deleted.extend(other.deleted);
         if let Some(held) = other.held {

@@ -514,7 +514,9 @@ async fn run(
     let mut changes = ChangeSet::default();
     let waves = apply_waves(&run, lease, &mut status, &mut packages, &mut changes).await?;
     // Jobs that completed are not run again for this manifest.
-    let remembered = crate::health::completed::remember(client, plan, &run.name, waves.healthy);
+    let seen = &changes.completed_jobs;
+    let remembered =
+        crate::health::completed::remember(client, plan, &run.name, waves.healthy, seen);
     if let Err(error) = remembered.await {
         warn!(%error, "cannot remember the completed Jobs on {}", run.name);
     }

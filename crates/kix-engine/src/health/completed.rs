@@ -59,7 +59,8 @@ pub fn is_completed(action: Action, note: Option<&str>) -> bool {
 /// After a deploy's waves: remembers on `record` the plan's Jobs that
 /// completed: those left alone as completed, every Job but a suspended one
 /// when every group became healthy (a healthy Job is a complete one, which
-/// its TTL may already have removed), else those found Complete now.
+/// its TTL may already have removed), else those a wait saw complete
+/// (`seen_complete`, entries `namespace/name`) and those found Complete now.
 /// Writes nothing for a build without Jobs, or when the record already
 /// says the same.
 pub async fn remember(
@@ -67,6 +68,7 @@ pub async fn remember(
     plan: &Plan,
     record: &str,
     all_healthy: bool,
+    seen_complete: &[String],
 ) -> Result<(), kube::Error> {
     let planned: BTreeMap<&ObjectKey, (Action, Option<&str>)> = plan
         .packages
@@ -85,9 +87,10 @@ pub async fn remember(
             .is_some_and(|(action, note)| is_completed(*action, *note));
         let suspended =
             d.manifest().pointer("/spec/suspend") == Some(&serde_json::Value::Bool(true));
+        let seen = seen_complete.contains(&entry(&d.key));
         let done = left_alone
             || (all_healthy && !suspended)
-            || (!all_healthy && job_complete(client, &d.key).await?);
+            || (!all_healthy && (seen || job_complete(client, &d.key).await?));
         if done {
             completed.insert(entry(&d.key), d.digest.clone());
         }
