@@ -379,3 +379,80 @@ async fn a_rollback_through_the_operator_publishes_a_target_the_cache_lost() {
     assert_eq!(record.spec.source.signed_by.as_deref(), Some("kix-push-3"));
     assert!(verified(&server.url, &tops[0], &public));
 }
+
+/// `kix fleet deploy` of an operator member whose build names a cache:
+/// refused before anything without a key; with one, the member's build is
+/// pushed, signed, before its record, which names the cache and signer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_operator_member_publishes_its_build_before_its_record() {
+    let env = TestEnv::new("push-fleet").await.expect("control plane");
+    common::tenancy::install_crds(&env);
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let dir = scratch.path();
+    let (secret, public) = key_pair(dir, "kix-push-4");
+    let cache_dir = dir.join("cache");
+    let server = CacheServer::start(&cache_dir).expect("cache server");
+    let _operator = start_operator(&env, dir);
+    let tree = dir.join("tree");
+    common::write_tree(
+        &tree,
+        &env.cluster,
+        &[common::Pkg {
+            name: "app".into(),
+            depends_on: vec![],
+            namespace: env.namespace.clone(),
+            files: vec![(
+                "cm.yaml".into(),
+                b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: fleet-published}\n".to_vec(),
+            )],
+        }],
+    );
+    let kix_json = tree.join("kix.json");
+    let mut head: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&kix_json).expect("read")).expect("json");
+    head["settings"]["cache"] = serde_json::json!({"url": server.url, "publicKeys": [public]});
+    std::fs::write(&kix_json, head.to_string()).expect("write");
+    let build = common::add_to_store(&tree);
+    let fleet = dir.join("fleet.json");
+    let member = serde_json::json!({"build": build, "cluster": env.cluster, "context": null,
+        "kubeconfig": kix_testkit::kubeconfig_path(), "operator": true, "wave": 0});
+    std::fs::write(
+        &fleet,
+        serde_json::json!({"format": 1, "fleet": "prod", "maxParallel": 1, "pause": "0s",
+                           "waves": [["one"]], "members": {"one": member}})
+        .to_string(),
+    )
+    .expect("fleet file");
+    let fleet = common::add_to_store(&fleet);
+    let deploy = ["fleet", "deploy", "prod", "--path", &fleet, "--yes"];
+
+    let out = kix(dir, None, &deploy);
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(
+        out.stderr.contains("member one: Kix cluster")
+            && out.stderr.contains("--sign-key FILE")
+            && out.stderr.contains("nothing was changed"),
+        "{out}"
+    );
+    assert!(
+        records(&env.client, &env.cluster).await.is_empty(),
+        "no record"
+    );
+
+    let out = kix(dir, Some(&secret), &deploy);
+    assert_eq!(out.code, Some(0), "{out}");
+    let recs = records(&env.client, &env.cluster).await;
+    let record = recs.last().expect("the member's record");
+    assert_eq!(record.spec.source.path, build);
+    assert_eq!(
+        record.spec.source.cache.as_deref(),
+        Some(server.url.as_str())
+    );
+    assert_eq!(record.spec.source.signed_by.as_deref(), Some("kix-push-4"));
+    assert!(
+        narinfos(&cache_dir)
+            .iter()
+            .any(|i| i.contains(&build) && i.contains("\nSig: kix-push-4:")),
+        "the build is in the cache, signed"
+    );
+}

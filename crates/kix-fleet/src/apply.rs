@@ -26,6 +26,9 @@ pub struct MemberOptions {
     pub exact: bool,
     /// The Lease a local member's deploy holds (tests shorten it).
     pub lease: kix_engine::lease::LeaseOptions,
+    /// Signs an operator member's build in the cache its settings name
+    /// (`settings.cache`), where it is pushed before its record.
+    pub sign_key: Option<kix_nix::SigningKey>,
 }
 
 impl Default for MemberOptions {
@@ -37,6 +40,7 @@ impl Default for MemberOptions {
             deletions: kix_engine::budget::DeletionConsent::Budget,
             exact: false,
             lease: kix_engine::lease::LeaseOptions::default(),
+            sign_key: None,
         }
     }
 }
@@ -92,12 +96,12 @@ pub async fn apply_member(
     client: &Client,
     options: DeployOptions,
     labels: &RolloutLabels,
-    wait: Duration,
+    member_options: &MemberOptions,
 ) -> Result<Applied, String> {
     let plan = member.plan().ok_or("not planned")?;
     kix_engine::deploy::check_plan(plan, &member.build, &options).map_err(|e| e.to_string())?;
     if member.operator {
-        return apply_with_operator(member, client, &options, labels, wait).await;
+        return apply_with_operator(member, client, &options, labels, member_options).await;
     }
     // The engine creates the record with the rollout's labels on it.
     let mut options = options;
@@ -123,8 +127,9 @@ async fn apply_with_operator(
     client: &Client,
     options: &DeployOptions,
     labels: &RolloutLabels,
-    wait: Duration,
+    member_options: &MemberOptions,
 ) -> Result<Applied, String> {
+    let wait = member_options.operator_wait;
     let plan = member.plan().ok_or("not planned")?;
     if plan.current_path.as_deref() == Some(plan.store_path.as_str())
         && plan.current_phase == Some(Phase::Active)
@@ -138,6 +143,12 @@ async fn apply_with_operator(
     }
     let mut options = options.clone();
     options.engine = Engine::Operator;
+    publish(
+        member,
+        member_options.sign_key.as_ref(),
+        &mut options.receipt,
+    )
+    .await?;
     let spec = kix_engine::deploy::activation_spec(plan, &options);
     let created = kix_engine::operator_record::create(client, plan, spec, labels.record_meta())
         .await
@@ -172,6 +183,36 @@ async fn apply_with_operator(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// Pushes an operator member's build to the cache its settings name,
+/// signed with `key`, and says so in the receipt: the operator fetches it
+/// from there. Err, before the record, when there is no key or the push
+/// fails.
+async fn publish(
+    member: &MemberPlan,
+    key: Option<&kix_nix::SigningKey>,
+    receipt: &mut ReceiptInfo,
+) -> Result<(), String> {
+    let Some(setting) = &member.build.settings.cache else {
+        return Ok(());
+    };
+    let Some(key) = key.cloned() else {
+        return Err(format!(
+            "Kix cluster {} publishes its builds to {} (settings.cache), and no key was given to sign them: pass --sign-key FILE; nothing was recorded",
+            member.cluster, setting.url
+        ));
+    };
+    let cache = kix_nix::Cache::new(setting.url.clone(), setting.public_keys.clone());
+    let path = kix_manifest::StorePath::parse(&member.store_path).map_err(|e| e.to_string())?;
+    let (pushing, signing) = (cache.clone(), key.clone());
+    tokio::task::spawn_blocking(move || pushing.push(&path, Some(&signing), &mut |_| {}))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("{e}; nothing was recorded"))?;
+    receipt.cache = Some(cache.url.to_string());
+    receipt.signed_by = Some(key.name().to_owned());
+    Ok(())
 }
 
 /// Whether `member` is Active on `store_path` with every object Ready:

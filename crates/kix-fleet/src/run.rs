@@ -266,15 +266,7 @@ async fn deploy_member(run: &Run<'_>, member: &MemberPlan, options: &RunOptions)
         &options.member,
         run.rollback_from.get(&member.member).cloned(),
     );
-    match apply::apply_member(
-        member,
-        client,
-        deploy_options,
-        &labels,
-        options.member.operator_wait,
-    )
-    .await
-    {
+    match apply::apply_member(member, client, deploy_options, &labels, &options.member).await {
         Ok(applied) if applied.phase == Phase::Active => MemberResult::Done {
             activation: applied.activation,
         },

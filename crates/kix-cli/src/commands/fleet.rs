@@ -159,6 +159,8 @@ pub struct FleetRunArgs {
     /// terminal; one line per member step otherwise).
     #[arg(long)]
     pub tui: bool,
+    #[command(flatten)]
+    pub key: super::push::SignKeyArgs,
 }
 
 impl FleetRunArgs {
@@ -189,6 +191,7 @@ impl FleetRunArgs {
             accept_migrations: self.confirm.accept_migrations,
             deletions: self.confirm.as_confirm_args().deletion_consent(),
             exact,
+            sign_key: self.key.key()?,
             ..Default::default()
         };
         // Undocumented, for the tests (as `kix deploy`): a shorter Lease.
@@ -217,9 +220,21 @@ impl FleetRunArgs {
             .filter_map(|m| {
                 let p = m.plan()?;
                 let deploy = kix_fleet::apply::deploy_options(m, &options.member, None);
-                kix_engine::deploy::check_plan(p, &m.build, &deploy)
-                    .err()
-                    .map(|e| format!("member {}: {e}", m.member))
+                if let Err(e) = kix_engine::deploy::check_plan(p, &m.build, &deploy) {
+                    return Some(format!("member {}: {e}", m.member));
+                }
+                // An operator member fetches its build from its cache: it
+                // is pushed there, signed, before its record.
+                let cache = m.build.settings.cache.as_ref().filter(|_| m.operator);
+                (cache.is_some() && options.member.sign_key.is_none()).then(|| {
+                    format!(
+                        "member {}: Kix cluster {} publishes its builds to {} (settings.cache), and no key was given to sign them: pass --sign-key FILE or set {}",
+                        m.member,
+                        m.cluster,
+                        cache.map(|c| c.url.to_string()).unwrap_or_default(),
+                        super::push::SIGN_KEY_ENV
+                    )
+                })
             })
             .collect();
         if !refused.is_empty() {
