@@ -58,7 +58,7 @@ pub enum FetchError {
     )]
     StoreUrl { url: String, reason: String },
     #[error(
-        "store path {path} could not be fetched from {substituters} (trusted keys: {keys}):\n{message}"
+        "store path {path} is not available: it could not be fetched from {substituters} (trusted keys: {keys}):\n{message}"
     )]
     NotFetched {
         path: String,
