@@ -537,6 +537,9 @@ impl Waiter {
     /// wait began); any other is not found, and waited for.
     fn on_missing(&mut self, index: usize) {
         let state = &mut self.targets[index];
+        if state.deleted {
+            return; // Judged when it went.
+        }
         state.pod = None;
         if state.applied.is_some() && !state.replaying {
             state.replaying = true;
@@ -545,20 +548,23 @@ impl Waiter {
         self.set(index, not_found());
     }
 
-    /// A target's deletion: the object kix applied is judged for good (an
-    /// older object of the same name, or one kix did not apply, only makes
-    /// it not found again).
+    /// A target's deletion: the object the caller applied is judged for
+    /// good; an older object of the same name (a replace's) is no news; a
+    /// target the caller did not apply is not found again.
     fn on_deleted(&mut self, index: usize, object: &DynamicObject) {
         let state = &mut self.targets[index];
-        state.pod = None;
-        let ours = state
-            .applied
-            .as_ref()
-            .is_some_and(|a| object.metadata.uid.as_deref() == Some(a.uid.as_str()));
+        let ours = match &state.applied {
+            None => {
+                state.pod = None;
+                self.set(index, not_found());
+                return;
+            }
+            Some(applied) => object.metadata.uid.as_deref() == Some(applied.uid.as_str()),
+        };
         if !ours {
-            self.set(index, not_found());
             return;
         }
+        state.pod = None;
         state.deleted = true;
         let health = self.outcome_of_deleted(index, object);
         self.deleted_unready += usize::from(!health.is_ready());
@@ -833,6 +839,69 @@ mod tests {
         waiter.on_list(0, vec![]);
         assert_eq!(waiter.ready, 0);
         assert_eq!(waiter.waiting_groups(), vec![0, 1]);
+    }
+
+    fn job() -> ApiResource {
+        ApiResource {
+            group: "batch".to_owned(),
+            version: "v1".to_owned(),
+            api_version: "batch/v1".to_owned(),
+            kind: "Job".to_owned(),
+            plural: "jobs".to_owned(),
+        }
+    }
+
+    /// Job `name` with `uid`, `Complete` or still running, being deleted.
+    fn job_object(uid: &str, complete: bool) -> DynamicObject {
+        let condition = serde_json::json!([{"type": "Complete", "status": "True"}]);
+        let status = match complete {
+            true => {
+                serde_json::json!({"startTime": "2026-01-01T00:00:00Z", "conditions": condition})
+            }
+            false => serde_json::json!({"startTime": "2026-01-01T00:00:00Z", "active": 1}),
+        };
+        let mut object = DynamicObject::new("create", &job()).within("ns");
+        object.metadata.uid = Some(uid.to_owned());
+        object.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        object.data = serde_json::json!({"status": status});
+        object
+    }
+
+    fn applied_job() -> (Waiter, WaitTarget) {
+        let target = WaitTarget::new(job(), Some("ns".to_owned()), "create");
+        let mut waiter = Waiter::new(vec![target.clone()], None);
+        let applied = Applied {
+            uid: "ours".to_owned(),
+            resource_version: "1".to_owned(),
+        };
+        waiter.set_applied([(target.clone(), applied)].into());
+        (waiter, target)
+    }
+
+    #[test]
+    fn a_deleted_job_counts_by_the_outcome_it_reached() {
+        let (mut waiter, target) = applied_job();
+        // An older Job of the same name going away is no news.
+        waiter.on_event(0, Event::Delete(job_object("older", true)));
+        assert_eq!((waiter.ready, waiter.targets[0].deleted), (0, false));
+        // Ours, deleted in the foreground once complete: Ready, for good.
+        waiter.on_event(0, Event::Delete(job_object("ours", true)));
+        assert_eq!(waiter.ready, 1);
+        waiter.on_list(0, vec![]);
+        assert_eq!(waiter.report(false).ready, vec![target]);
+
+        let (mut waiter, target) = applied_job();
+        waiter.on_event(0, Event::Apply(job_object("ours", false)));
+        waiter.on_event(0, Event::Delete(job_object("ours", false)));
+        assert_eq!(waiter.deleted_unready, 1);
+        let report = waiter.report(false);
+        assert_eq!(
+            report.degraded,
+            vec![(target, DELETED_UNFINISHED.to_owned())]
+        );
     }
 
     #[test]
