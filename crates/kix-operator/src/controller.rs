@@ -137,6 +137,7 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     }
     let started = Instant::now();
+    let _in_flight = ctx.metrics.started();
     let api: Api<Activation> = Api::all(ctx.client.clone());
     let result = finalizer(&api, FINALIZER, record, |event| async {
         match event {

@@ -65,6 +65,12 @@ struct Args {
     /// watches on owned objects (e.g. 60s, 5m).
     #[arg(long, value_parser = kix_engine::duration::parse, default_value = "60s")]
     resync_interval: Duration,
+    /// Records reconciled at once: each holds its plan (and its LISTs)
+    /// while it runs, so this bounds the operator's memory; more records
+    /// wait their turn, in the order they changed.
+    #[arg(long, env = "KIX_OPERATOR_CONCURRENCY", default_value_t = 8,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    concurrency: u16,
     /// Namespace of the leader-election and deploy Leases.
     #[arg(long, default_value = "kube-system")]
     lease_namespace: String,
@@ -398,7 +404,9 @@ async fn main() -> anyhow::Result<()> {
             .reflect(writer)
             .applied_objects()
             .filter(triggers::record_changes());
+        let bounded = kube::runtime::controller::Config::default().concurrency(args.concurrency);
         let controller = Controller::for_stream(record_changes, reader)
+            .with_config(bounded)
             .reconcile_on(UnboundedReceiverStream::new(trigger_rx))
             .run(controller::reconcile, controller::error_policy, ctx)
             .for_each(|result| async move {

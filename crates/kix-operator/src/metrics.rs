@@ -15,6 +15,9 @@ pub struct Metrics {
     drift_corrections: AtomicU64,
     store_paths_freed: AtomicU64,
     store_bytes_freed: AtomicU64,
+    /// Reconciles running now, and the most that ever ran at once.
+    in_flight: AtomicU64,
+    in_flight_max: AtomicU64,
     /// Errors by reason (the error variant, a bounded set).
     errors: Mutex<BTreeMap<String, u64>>,
     /// Per bucket counts, then sum (micro-seconds) and count.
@@ -36,6 +39,13 @@ impl Metrics {
             d.1 += took.as_micros() as u64;
             d.2 += 1;
         }
+    }
+
+    /// A reconcile starts; it ends when the guard is dropped.
+    pub fn started(&self) -> InFlight<'_> {
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.in_flight_max.fetch_max(now, Ordering::Relaxed);
+        InFlight(self)
     }
 
     pub fn drift_corrected(&self, objects: u64) {
@@ -93,6 +103,23 @@ impl Metrics {
             let _ = writeln!(out, "# TYPE {name} counter");
             let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
         }
+        let in_flight = [
+            (
+                "kix_operator_reconciles_in_flight",
+                "Reconciles running now.",
+                &self.in_flight,
+            ),
+            (
+                "kix_operator_reconciles_in_flight_max",
+                "The most reconciles that ran at once (at most --concurrency).",
+                &self.in_flight_max,
+            ),
+        ];
+        for (name, help, value) in in_flight {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        }
         let _ = writeln!(
             out,
             "# HELP kix_operator_errors_total Reconcile errors by reason."
@@ -142,5 +169,14 @@ impl Metrics {
             u8::from(self.leader.load(Ordering::Relaxed))
         );
         out
+    }
+}
+
+/// A running reconcile ([`Metrics::started`]).
+pub struct InFlight<'a>(&'a Metrics);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
