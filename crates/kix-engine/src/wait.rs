@@ -241,29 +241,7 @@ pub async fn wait_healthy(
     waiter.rules = options.rules;
     waiter.set_applied(options.applied);
 
-    let mut lists: Vec<(Api<DynamicObject>, ListParams)> = Vec::with_capacity(waiter.groups.len());
-    let mut streams: Vec<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>> =
-        Vec::with_capacity(waiter.groups.len());
-    for (index, group) in waiter.groups.iter().enumerate() {
-        let api: Api<DynamicObject> = match &group.namespace {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &group.resource),
-            None => Api::all_with(client.clone(), &group.resource),
-        };
-        let mut config = watcher::Config::default();
-        let mut params = ListParams::default();
-        if let [only] = group.targets.as_slice() {
-            let selector = format!("metadata.name={}", waiter.targets[*only].target.name);
-            config = config.fields(&selector);
-            params = params.fields(&selector);
-        }
-        lists.push((api.clone(), params));
-        streams.push(
-            watcher::watcher(api, config)
-                .default_backoff()
-                .map(move |event| (index, event))
-                .boxed(),
-        );
-    }
+    let (lists, streams) = watches(&client, &waiter);
     let mut events = stream::select_all(streams);
     let mut recheck = tokio::time::interval(RECHECK_EVERY);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -275,19 +253,7 @@ pub async fn wait_healthy(
         FuturesUnordered::new();
     let mut timed_out = false;
     loop {
-        for index in std::mem::take(&mut waiter.replays) {
-            let (api, _) = &lists[waiter.group_of(index)];
-            let state = &waiter.targets[index];
-            let (name, applied) = (state.target.name.clone(), state.applied.clone());
-            let api = api.clone();
-            replays.push(Box::pin(async move {
-                let replay = match applied {
-                    Some(applied) => replay(&api, &name, &applied).await,
-                    None => Replay::NotDeleted,
-                };
-                (index, replay)
-            }));
-        }
+        waiter.start_replays(&lists, &mut replays);
         // A deleted target's health is final: nothing left to wait for.
         if waiter.ready + waiter.deleted_unready == waiter.targets.len() {
             break;
@@ -326,6 +292,39 @@ pub async fn wait_healthy(
         }
     }
     Ok(waiter.report(timed_out))
+}
+
+/// A group's LIST (for the safety-net relists), one per group.
+type GroupList = (Api<DynamicObject>, ListParams);
+
+type GroupEvents = BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>;
+
+/// One watch per group: on the single object by a `metadata.name` field
+/// selector when the group has one target, else on the whole kind.
+fn watches(client: &Client, waiter: &Waiter) -> (Vec<GroupList>, Vec<GroupEvents>) {
+    let mut lists = Vec::with_capacity(waiter.groups.len());
+    let mut streams = Vec::with_capacity(waiter.groups.len());
+    for (index, group) in waiter.groups.iter().enumerate() {
+        let api: Api<DynamicObject> = match &group.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &group.resource),
+            None => Api::all_with(client.clone(), &group.resource),
+        };
+        let mut config = watcher::Config::default();
+        let mut params = ListParams::default();
+        if let [only] = group.targets.as_slice() {
+            let selector = format!("metadata.name={}", waiter.targets[*only].target.name);
+            config = config.fields(&selector);
+            params = params.fields(&selector);
+        }
+        lists.push((api.clone(), params));
+        streams.push(
+            watcher::watcher(api, config)
+                .default_backoff()
+                .map(move |event| (index, event))
+                .boxed(),
+        );
+    }
+    (lists, streams)
 }
 
 struct TargetState {
@@ -517,6 +516,26 @@ impl Waiter {
     fn set_applied(&mut self, mut applied: HashMap<WaitTarget, Applied>) {
         for state in &mut self.targets {
             state.applied = applied.remove(&state.target);
+        }
+    }
+
+    /// Replays the history of each target found missing since the last call.
+    fn start_replays(
+        &mut self,
+        lists: &[GroupList],
+        replays: &mut FuturesUnordered<BoxFuture<'static, (usize, Replay)>>,
+    ) {
+        for index in std::mem::take(&mut self.replays) {
+            let api = lists[self.group_of(index)].0.clone();
+            let state = &self.targets[index];
+            let (name, applied) = (state.target.name.clone(), state.applied.clone());
+            replays.push(Box::pin(async move {
+                let replay = match applied {
+                    Some(applied) => replay(&api, &name, &applied).await,
+                    None => Replay::NotDeleted,
+                };
+                (index, replay)
+            }));
         }
     }
 
