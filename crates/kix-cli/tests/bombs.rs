@@ -16,9 +16,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Operator, Pkg, Run, add_to_store, records, write_tree};
-use kix_api::{Activation, Phase};
-use kube::api::{Api, PostParams};
+use common::{Operator, Pkg, Run, add_to_store, write_tree};
+use kix_api::Phase;
 
 /// Address space the CLI may take (KiB, `ulimit -v`).
 const CAP_KIB: u64 = 3_000_000;
@@ -133,29 +132,6 @@ fn peak_rss(pid: u32) -> u64 {
         .expect("VmHWM")
 }
 
-/// A record of `cluster` for `path`, as `kix deploy --operator` writes one.
-async fn write_record(client: &kube::Client, cluster: &str, path: &str) -> String {
-    let next = records(client, cluster)
-        .await
-        .iter()
-        .filter_map(Activation::sequence)
-        .max()
-        .unwrap_or(0)
-        + 1;
-    let spec: kix_api::ActivationSpec = serde_json::from_value(serde_json::json!({
-        "cluster": cluster, "engine": "operator", "source": {"path": path},
-        "receipt": {"user": "t", "host": "t", "kixVersion": "0",
-                    "time": "2026-01-01T00:00:00Z", "planDigest": "x"}
-    }))
-    .expect("spec");
-    let record = Activation::new_record(next, spec);
-    let api: Api<Activation> = Api::all(client.clone());
-    api.create(&PostParams::default(), &record)
-        .await
-        .expect("create the record");
-    Activation::name_for(cluster, next)
-}
-
 #[test]
 fn kix_validate_refuses_the_bomb_naming_the_file() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -226,13 +202,23 @@ async fn kix_deploy_and_the_operator_refuse_the_bomb_and_the_operator_keeps_serv
         &env.namespace,
         config_map("one"),
     );
-    let first = write_record(&env.client, &env.cluster, &good).await;
+    let first = common::write_record(
+        &env.client,
+        &env.cluster,
+        common::operator_spec(&env.cluster, &good),
+    )
+    .await;
     let first = common::settled(&env.client, &first).await;
     assert_eq!(first.phase(), Some(Phase::Active), "{:?}", first.status);
     let before = peak_rss(pid);
 
     let start = Instant::now();
-    let name = write_record(&env.client, &env.cluster, &bomb_path).await;
+    let name = common::write_record(
+        &env.client,
+        &env.cluster,
+        common::operator_spec(&env.cluster, &bomb_path),
+    )
+    .await;
     let refused = common::settled(&env.client, &name).await;
     let elapsed = start.elapsed();
     let message = refused
@@ -264,7 +250,12 @@ async fn kix_deploy_and_the_operator_refuse_the_bomb_and_the_operator_keeps_serv
         &env.namespace,
         config_map("two"),
     );
-    let next = write_record(&env.client, &env.cluster, &next).await;
+    let next = common::write_record(
+        &env.client,
+        &env.cluster,
+        common::operator_spec(&env.cluster, &next),
+    )
+    .await;
     let next = common::settled(&env.client, &next).await;
     assert_eq!(next.phase(), Some(Phase::Active), "{:?}", next.status);
     let value = env

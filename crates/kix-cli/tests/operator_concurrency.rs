@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use kix_api::Phase;
 
 #[tokio::test]
@@ -49,13 +47,7 @@ async fn no_more_records_are_reconciled_at_once_than_the_concurrency() {
                 files,
             }],
         );
-        let spec: kix_api::ActivationSpec = serde_json::from_value(serde_json::json!({
-            "cluster": cluster, "engine": "operator",
-            "source": {"path": common::add_to_store(&root)},
-            "receipt": {"user": "t", "host": "t", "kixVersion": "0",
-                        "time": "2026-01-01T00:00:00Z", "planDigest": "x"}
-        }))
-        .expect("spec");
+        let spec = common::operator_spec(cluster, &common::add_to_store(&root));
         records.push(spec);
     }
     let mut names = Vec::new();
@@ -72,7 +64,7 @@ async fn no_more_records_are_reconciled_at_once_than_the_concurrency() {
             record.status
         );
     }
-    let metrics = metrics(&operator);
+    let metrics = operator.metrics();
     let max: u64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("kix_operator_reconciles_in_flight_max "))
@@ -82,17 +74,4 @@ async fn no_more_records_are_reconciled_at_once_than_the_concurrency() {
         (1..=2).contains(&max),
         "{max} reconciles ran at once:\n{metrics}"
     );
-}
-
-/// The operator's /metrics body.
-fn metrics(operator: &common::Operator) -> String {
-    use std::io::{Read, Write};
-    let mut socket = std::net::TcpStream::connect(operator.http).expect("connect");
-    socket
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    write!(socket, "GET /metrics HTTP/1.0\r\n\r\n").expect("request");
-    let mut body = String::new();
-    socket.read_to_string(&mut body).expect("response");
-    body
 }

@@ -8,7 +8,6 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use kix_api::{Activation, Phase};
 
@@ -37,12 +36,7 @@ async fn deploy(env: &kix_testkit::TestEnv, dir: &Path, cluster: &str, value: &s
             )],
         }],
     );
-    let spec: kix_api::ActivationSpec = serde_json::from_value(serde_json::json!({
-        "cluster": cluster, "engine": "operator", "source": {"path": common::add_to_store(&root)},
-        "receipt": {"user": "t", "host": "t", "kixVersion": "0",
-                    "time": "2026-01-01T00:00:00Z", "planDigest": "x"}
-    }))
-    .expect("spec");
+    let spec = common::operator_spec(cluster, &common::add_to_store(&root));
     let name = common::write_record(&env.client, cluster, spec).await;
     common::settled(&env.client, &name).await
 }
@@ -98,14 +92,11 @@ async fn a_panic_on_one_record_fails_that_record_and_the_operator_serves_the_oth
             "the record says what failed: {said}"
         );
         assert_alive(&mut running);
-        let start = Instant::now();
+        // Served by the same process (how soon is not this test's: the
+        // machine may be busy).
         let served = deploy(&env, dir.path(), &other, point).await;
         assert_eq!(served.phase(), Some(Phase::Active), "{}", message(&served));
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the other record took {:?}",
-            start.elapsed()
-        );
+        assert_alive(&mut running);
 
         // A restart does not fail again on the Failed record, and serves.
         drop(running);

@@ -7,100 +7,17 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use common::nix_cache::{build_path, cluster_file, key_pair, nix};
 use common::{Operator, Run, run};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kix_api::{Activation, Phase};
+use kix_api::Phase;
 use kix_testkit::TestEnv;
 use kix_testkit::cache_server::CacheServer;
-use kube::api::{Api, PostParams};
-
-fn nix(args: &[&str]) -> String {
-    let out = Command::new("nix")
-        .args(["--extra-experimental-features", "nix-command"])
-        .args(args)
-        .output()
-        .expect("nix runs");
-    assert!(
-        out.status.success(),
-        "nix {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
-}
-
-/// A secret key file named `name` in `dir`, and its public key.
-fn key_pair(dir: &Path, name: &str) -> (PathBuf, String) {
-    let secret = dir.join(format!("{name}.sec"));
-    let text = nix(&["key", "generate-secret", "--key-name", name]);
-    std::fs::write(&secret, text).expect("key");
-    let out = Command::new("nix")
-        .args(["--extra-experimental-features", "nix-command"])
-        .args(["key", "convert-secret-to-public"])
-        .stdin(std::fs::File::open(&secret).expect("open"))
-        .output()
-        .expect("nix runs");
-    let public = String::from_utf8(out.stdout).expect("utf-8");
-    (secret, public.trim().to_owned())
-}
-
-/// A Nix file whose `kixClusters.<cluster>` is one ConfigMap `cm` in the
-/// test's namespace naming two other store paths (a closure of three
-/// input-addressed paths), published to `cache_url`.
-fn cluster_file(dir: &Path, env: &TestEnv, cm: &str, cache_url: &str, public_key: &str) -> PathBuf {
-    let root = kix_testkit::repo_root();
-    let salt = kix_testkit::unique_name(cm);
-    let file = dir.join(format!("{cm}.nix"));
-    let text = format!(
-        r#"let
-  kix = import {root}/nix/default.nix {{ }};
-  pkgs = import {root}/nix/tests/host-tools.nix {{ }};
-  dep = name: pkgs.runCommand name {{ }} "echo {salt} > $out";
-  a = dep "kix-store-a";
-  b = dep "kix-store-b";
-in {{
-  kixClusters."{cluster}" = kix.lib.mkCluster {{
-    inherit pkgs;
-    name = "{cluster}";
-    packages.app = {{
-      version = "1";
-      namespace = "{namespace}";
-      resources = [ {{ apiVersion = "v1"; kind = "ConfigMap"; metadata.name = "{cm}"; data = {{ a = "${{a}}"; b = "${{b}}"; }}; }} ];
-    }};
-    settings.cache = {{ url = "{cache_url}"; publicKeys = [ "{public_key}" ]; }};
-  }};
-}}
-"#,
-        root = root.display(),
-        cluster = env.cluster,
-        namespace = env.namespace,
-    );
-    std::fs::write(&file, text).expect("write the cluster file");
-    file
-}
-
-/// The build's store path, built in the host's store as kix builds it.
-fn build_path(file: &Path, cluster: &str) -> String {
-    let attr = format!("kixClusters.\"{cluster}\"");
-    let file = file.to_str().expect("utf-8");
-    let out = nix(&[
-        "build",
-        "--no-link",
-        "--json",
-        "--offline",
-        "-f",
-        file,
-        &attr,
-    ]);
-    let built: serde_json::Value = serde_json::from_str(&out).expect("json");
-    built[0]["outputs"]["out"]
-        .as_str()
-        .expect("out path")
-        .to_owned()
-}
+use kube::api::Api;
 
 /// `kix <args>` as the admin, signing with `key`.
 fn kix(scratch: &Path, key: &Path, args: &[&str]) -> Run {
@@ -137,28 +54,6 @@ fn tamper(dir: &Path, path: &str, needle: &str) {
     std::fs::write(&nar, bytes).expect("write the nar");
 }
 
-/// A record for `path`, as `kix deploy --operator` writes one.
-async fn write_record(client: &kube::Client, cluster: &str, path: &str) -> String {
-    let next = common::records(client, cluster)
-        .await
-        .iter()
-        .filter_map(Activation::sequence)
-        .max()
-        .unwrap_or(0)
-        + 1;
-    let spec: kix_api::ActivationSpec = serde_json::from_value(serde_json::json!({
-        "cluster": cluster, "engine": "operator", "source": {"path": path},
-        "receipt": {"user": "t", "host": "t", "kixVersion": "0",
-                    "time": "2026-01-01T00:00:00Z", "planDigest": "x"}
-    }))
-    .expect("spec");
-    let api: Api<Activation> = Api::all(client.clone());
-    api.create(&PostParams::default(), &Activation::new_record(next, spec))
-        .await
-        .expect("create the record");
-    Activation::name_for(cluster, next)
-}
-
 async fn config_map_exists(env: &TestEnv, name: &str) -> bool {
     let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
     api.get_opt(name).await.expect("get").is_some()
@@ -170,16 +65,6 @@ fn in_store(root: &Path, path: &str) -> bool {
     let store = format!("local?root={}", root.display());
     let out = run(Command::new("nix-store").args(["--store", &store, "--check-validity", path]));
     out.code == Some(0)
-}
-
-/// The operator's /metrics text.
-fn metrics(operator: &Operator) -> String {
-    use std::io::{Read, Write};
-    let mut socket = std::net::TcpStream::connect(operator.http).expect("connect");
-    write!(socket, "GET /metrics HTTP/1.0\r\n\r\n").expect("write");
-    let mut text = String::new();
-    socket.read_to_string(&mut text).expect("read");
-    text
 }
 
 /// What `operator` wrote since `mark` (the audit log; its requests carry
@@ -224,7 +109,12 @@ async fn assert_refused(
     needles: &[&str],
 ) -> String {
     let mark = common::audit_mark(&kix_testkit::control_plane_dir());
-    let name = write_record(&env.client, &env.cluster, path).await;
+    let name = common::write_record(
+        &env.client,
+        &env.cluster,
+        common::operator_spec(&env.cluster, path),
+    )
+    .await;
     let record = common::settled(&env.client, &name).await;
     let message = record
         .status
@@ -452,7 +342,7 @@ async fn an_operator_with_its_own_store_applies_only_builds_a_trusted_key_signed
     );
     assert!(in_store(&store, &second_path), "the live build stays");
     assert!(config_map_exists(&env, "second").await);
-    let text = metrics(&operator);
+    let text = operator.metrics();
     let freed = text
         .lines()
         .find_map(|l| l.strip_prefix("kix_operator_store_freed_bytes_total "))
@@ -521,7 +411,12 @@ async fn without_a_trusted_key_the_operator_takes_its_store_as_it_is_and_says_so
     );
     let path = common::add_to_store(&tree);
     copy(&path, &store_url, &[]);
-    let name = write_record(&env.client, &env.cluster, &path).await;
+    let name = common::write_record(
+        &env.client,
+        &env.cluster,
+        common::operator_spec(&env.cluster, &path),
+    )
+    .await;
     let record = common::settled(&env.client, &name).await;
     assert_eq!(record.phase(), Some(Phase::Active), "{:?}", record.status);
     assert!(config_map_exists(&env, "open").await);

@@ -8,111 +8,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
+use common::nix_cache::{build_path, cluster_file, key_pair, narinfo_name};
 use common::{Operator, Run, records, run};
 use kix_testkit::TestEnv;
 use kix_testkit::cache_server::CacheServer;
-
-fn nix(args: &[&str]) -> String {
-    let out = Command::new("nix")
-        .args(["--extra-experimental-features", "nix-command"])
-        .args(args)
-        .output()
-        .expect("nix runs");
-    assert!(
-        out.status.success(),
-        "nix {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
-}
-
-/// A secret key file named `name` in `dir`, and its public key.
-fn key_pair(dir: &Path, name: &str) -> (PathBuf, String) {
-    let secret = dir.join(format!("{name}.sec"));
-    std::fs::write(
-        &secret,
-        nix(&["key", "generate-secret", "--key-name", name]),
-    )
-    .expect("key");
-    let out = Command::new("nix")
-        .args(["--extra-experimental-features", "nix-command"])
-        .args(["key", "convert-secret-to-public"])
-        .stdin(std::fs::File::open(&secret).expect("open"))
-        .output()
-        .expect("nix runs");
-    (
-        secret,
-        String::from_utf8(out.stdout)
-            .expect("utf-8")
-            .trim()
-            .to_owned(),
-    )
-}
-
-/// A Nix file with `kixClusters.<cluster>`: one ConfigMap in `env`'s
-/// namespace that names two other store paths, so the build's closure is
-/// three input-addressed paths (which need signatures).
-fn cluster_file(dir: &Path, env: &TestEnv, cache_url: &str, public_key: &str) -> PathBuf {
-    let root = kix_testkit::repo_root();
-    let salt = kix_testkit::unique_name("salt");
-    let file = dir.join("clusters.nix");
-    std::fs::write(
-        &file,
-        format!(
-            r#"let
-  kix = import {root}/nix/default.nix {{ }};
-  pkgs = import {root}/nix/tests/host-tools.nix {{ }};
-  dep = name: pkgs.runCommand name {{ }} "echo {salt} > $out";
-  a = dep "kix-push-a";
-  b = dep "kix-push-b";
-in {{
-  kixClusters."{cluster}" = kix.lib.mkCluster {{
-    inherit pkgs;
-    name = "{cluster}";
-    packages.app = {{
-      version = "1";
-      namespace = "{namespace}";
-      resources = [ {{ apiVersion = "v1"; kind = "ConfigMap"; metadata.name = "published"; data = {{ a = "${{a}}"; b = "${{b}}"; }}; }} ];
-    }};
-    settings.cache = {{ url = "{cache_url}"; publicKeys = [ "{public_key}" ]; }};
-  }};
-}}
-"#,
-            root = root.display(),
-            cluster = env.cluster,
-            namespace = env.namespace,
-        ),
-    )
-    .expect("write clusters.nix");
-    file
-}
-
-/// The build's store path, built as kix builds it.
-fn build_path(file: &Path, cluster: &str) -> String {
-    let out = nix(&[
-        "build",
-        "--no-link",
-        "--json",
-        "--offline",
-        "-f",
-        file.to_str().expect("utf-8"),
-        &format!("kixClusters.\"{cluster}\""),
-    ]);
-    let built: serde_json::Value = serde_json::from_str(&out).expect("json");
-    built[0]["outputs"]["out"]
-        .as_str()
-        .expect("out path")
-        .to_owned()
-}
-
-/// `<hash>.narinfo`, the cache's file for `path`.
-fn narinfo_name(path: &str) -> String {
-    let base = path.trim_start_matches("/nix/store/");
-    format!("{}.narinfo", &base[..32])
-}
 
 fn narinfos(dir: &Path) -> Vec<String> {
     let mut found: Vec<String> = std::fs::read_dir(dir)
@@ -172,7 +74,7 @@ async fn deploy_operator_publishes_the_signed_closure_and_the_record_names_the_c
     let cache_dir = dir.join("cache");
     let server = CacheServer::start(&cache_dir).expect("cache server");
     let file_url = format!("file://{}", cache_dir.display());
-    let file = cluster_file(dir, &env, &file_url, &public);
+    let file = cluster_file(dir, &env, "published", &file_url, &public);
     let file_arg = file.to_str().expect("utf-8");
     let _operator = start_operator(&env, dir);
 
@@ -256,7 +158,7 @@ async fn an_interrupted_push_writes_no_record_and_the_next_run_completes_it() {
     let (secret, public) = key_pair(dir, "kix-push-2");
     let cache_dir = dir.join("cache");
     let server = CacheServer::start(&cache_dir).expect("cache server");
-    let file = cluster_file(dir, &env, &server.url, &public);
+    let file = cluster_file(dir, &env, "published", &server.url, &public);
     let file_arg = file.to_str().expect("utf-8");
     let top = build_path(&file, &env.cluster);
     let _operator = start_operator(&env, dir);
@@ -333,7 +235,7 @@ async fn a_rollback_through_the_operator_publishes_a_target_the_cache_lost() {
     for version in ["v1", "v2"] {
         let version_dir = dir.join(version);
         std::fs::create_dir_all(&version_dir).expect("mkdir");
-        let file = cluster_file(&version_dir, &env, &server.url, &public);
+        let file = cluster_file(&version_dir, &env, "published", &server.url, &public);
         let file_arg = file.to_str().expect("utf-8");
         tops.push(build_path(&file, &env.cluster));
         let deploy = [

@@ -19,6 +19,7 @@ use kube::discovery::ApiResource;
 use kube::{Client, Config};
 use serde_json::Value;
 
+pub mod nix_cache;
 pub mod sops;
 pub mod tenancy;
 
@@ -542,6 +543,19 @@ impl Operator {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Its /metrics text.
+    pub fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let mut socket = std::net::TcpStream::connect(self.http).expect("connect");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(socket, "GET /metrics HTTP/1.0\r\n\r\n").expect("request");
+        let mut text = String::new();
+        socket.read_to_string(&mut text).expect("response");
+        text
+    }
+
     /// GET `path` of its HTTP endpoint: the status line, or why there was
     /// none within `within`.
     pub fn get(&self, path: &str, within: Duration) -> Result<String, String> {
@@ -572,6 +586,17 @@ impl Drop for Operator {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The spec of an operator record of `cluster` for the build at `path`, as
+/// `kix deploy --operator` writes one (the receipt made up).
+pub fn operator_spec(cluster: &str, path: &str) -> kix_api::ActivationSpec {
+    serde_json::from_value(serde_json::json!({
+        "cluster": cluster, "engine": "operator", "source": {"path": path},
+        "receipt": {"user": "t", "host": "t", "kixVersion": "0",
+                    "time": "2026-01-01T00:00:00Z", "planDigest": "x"}
+    }))
+    .expect("an operator record's spec")
 }
 
 /// A record of `cluster` with `spec`, written as the admin (a platform
