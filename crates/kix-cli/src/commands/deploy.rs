@@ -56,7 +56,7 @@ pub struct DeployArgs {
     /// With --operator and a build whose settings.cache is set: the key
     /// the build is signed with when it is pushed there.
     #[command(flatten)]
-    pub key: super::push::SignKeyArgs,
+    pub key: super::publish::SignKeyArgs,
     /// Output format of the plan and the result.
     #[arg(long, short, value_enum, default_value_t)]
     pub output: OutputFormat,
@@ -110,7 +110,7 @@ pub async fn exec(args: DeployArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
     let mut confirm_args = args.confirm.clone();
     confirm_args.yes |= saved.is_some();
     if args.operator {
-        let publish = super::push::Publish::of(&build, &args.key, !global.quiet)?;
+        let publish = super::publish::Publish::of(&build, &args.key, !global.quiet)?;
         return deploy_with_operator(&client, &build, &plan, options, &confirm_args, publish).await;
     }
     // Refusals first: nothing is asked or changed when the plan cannot run.
@@ -325,7 +325,7 @@ async fn deploy_with_operator(
     plan: &kix_engine::plan::Plan,
     mut options: DeployOptions,
     confirm_args: &ConfirmArgs,
-    publish: Option<super::push::Publish>,
+    publish: Option<super::publish::Publish>,
 ) -> anyhow::Result<ExitCode> {
     use super::operator;
     // The operator prunes; conflicts with controllers are its to resolve (it

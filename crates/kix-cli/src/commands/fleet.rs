@@ -160,7 +160,7 @@ pub struct FleetRunArgs {
     #[arg(long)]
     pub tui: bool,
     #[command(flatten)]
-    pub key: super::push::SignKeyArgs,
+    pub key: super::publish::SignKeyArgs,
 }
 
 impl FleetRunArgs {
@@ -232,7 +232,7 @@ impl FleetRunArgs {
                         m.member,
                         m.cluster,
                         cache.map(|c| c.url.to_string()).unwrap_or_default(),
-                        super::push::SIGN_KEY_ENV
+                        super::publish::SIGN_KEY_ENV
                     )
                 })
             })

@@ -20,6 +20,7 @@ pub mod history;
 pub mod operator;
 pub mod operator_kubeconfig;
 pub mod plan;
+pub mod publish;
 pub mod push;
 pub mod rollback;
 pub mod status;

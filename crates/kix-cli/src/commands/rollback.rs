@@ -44,7 +44,7 @@ pub struct RollbackArgs {
     /// (settings.cache): the key to publish it there with; without one,
     /// the cache must hold it already.
     #[command(flatten)]
-    pub key: super::push::SignKeyArgs,
+    pub key: super::publish::SignKeyArgs,
     /// Output format of the plan and the result.
     #[arg(long, short, value_enum, default_value_t)]
     pub output: OutputFormat,
@@ -163,17 +163,15 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
         ..DeployOptions::default()
     };
     kix_engine::deploy::check_plan(&plan, &build, &options)?;
-    let question = if args.operator {
-        format!(
-            "Roll Kix cluster {} back to {path} (the build of {target_name}) through the operator?",
-            args.cluster
-        )
-    } else {
-        format!(
-            "Roll Kix cluster {} back to {path} (the build of {target_name})?",
-            args.cluster
-        )
-    };
+    let question = format!(
+        "Roll Kix cluster {} back to {path} (the build of {target_name}){}?",
+        args.cluster,
+        if args.operator {
+            " through the operator"
+        } else {
+            ""
+        }
+    );
     if !confirm(&args.confirm, &question)? {
         return Ok(ExitCode::from(1));
     }
@@ -188,7 +186,7 @@ pub async fn exec(args: RollbackArgs, global: &GlobalArgs) -> anyhow::Result<Exi
         // The operator fetches the target from the build's cache: it is
         // there (pushed now, or checked) before the record is written.
         let progress = args.output == OutputFormat::Text && !global.quiet;
-        super::push::target_source(
+        super::publish::target_source(
             &build,
             &path,
             &args.key,
