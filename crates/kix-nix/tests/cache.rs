@@ -3,11 +3,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use common::{offline, unique};
-use kix_manifest::{CacheUrl, PublicKey};
+use common::{key_pair, offline, unique};
+use kix_manifest::CacheUrl;
 use kix_nix::{BuildSource, Cache, CacheError, PushProgress, SigningKey, StorePath};
 
 /// An input-addressed build (so its paths need signatures, unlike paths
@@ -32,35 +31,6 @@ in {{ top = mk "kix-cache-top" "echo ${{a}} ${{b}} > $out"; }}
         attr: "top".into(),
     };
     kix_nix::build(&source, &offline()).expect("nix build")
-}
-
-fn nix(args: &[&str], stdin: Option<&Path>) -> String {
-    let mut command = Command::new("nix");
-    command
-        .args(["--extra-experimental-features", "nix-command"])
-        .args(args);
-    if let Some(file) = stdin {
-        command.stdin(std::fs::File::open(file).expect("open"));
-    }
-    let out = command.output().expect("nix runs");
-    assert!(
-        out.status.success(),
-        "nix {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
-}
-
-/// A secret key file named `name` and its public key.
-fn key_pair(dir: &Path, name: &str) -> (PathBuf, PublicKey) {
-    let secret = dir.join(format!("{name}.sec"));
-    std::fs::write(
-        &secret,
-        nix(&["key", "generate-secret", "--key-name", name], None),
-    )
-    .expect("write key");
-    let public = nix(&["key", "convert-secret-to-public"], Some(&secret));
-    (secret, PublicKey::parse(public.trim()).expect("public key"))
 }
 
 fn narinfos(cache: &Path) -> Vec<String> {

@@ -5,10 +5,9 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use common::{offline, unique};
+use common::{key_pair, nix, offline, unique};
 use kix_manifest::{CacheUrl, PublicKey};
 use kix_nix::{BuildSource, FetchError, Fetcher, Store, StorePath};
 
@@ -29,31 +28,6 @@ in {{ top = mk "kix-fetch-top" "echo ${{dep}} > $out"; }}
         attr: "top".into(),
     };
     kix_nix::build(&source, &offline()).expect("nix build")
-}
-
-fn nix(args: &[&str], stdin: Option<&Path>) -> String {
-    let mut command = Command::new("nix");
-    command
-        .args(["--extra-experimental-features", "nix-command"])
-        .args(args);
-    if let Some(file) = stdin {
-        command.stdin(std::fs::File::open(file).expect("open"));
-    }
-    let out = command.output().expect("nix runs");
-    assert!(
-        out.status.success(),
-        "nix {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
-}
-
-fn key_pair(dir: &Path, name: &str) -> (PathBuf, PublicKey) {
-    let secret = dir.join(format!("{name}.sec"));
-    let text = nix(&["key", "generate-secret", "--key-name", name], None);
-    std::fs::write(&secret, text).expect("key");
-    let public = nix(&["key", "convert-secret-to-public"], Some(&secret));
-    (secret, PublicKey::parse(public.trim()).expect("public key"))
 }
 
 fn fetcher(root: &Path, cache: &CacheUrl, key: &PublicKey) -> Fetcher {

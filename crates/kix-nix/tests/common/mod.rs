@@ -81,3 +81,31 @@ pub fn nix_instantiate(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// `nix ARGS` (stdin from `stdin`), which must succeed; its stdout.
+pub fn nix(args: &[&str], stdin: Option<&Path>) -> String {
+    let mut command = Command::new("nix");
+    command
+        .args(["--extra-experimental-features", "nix-command"])
+        .args(args);
+    if let Some(file) = stdin {
+        command.stdin(std::fs::File::open(file).expect("open"));
+    }
+    let out = command.output().expect("nix runs");
+    assert!(
+        out.status.success(),
+        "nix {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// A secret key file named `name` in `dir`, and its public key.
+pub fn key_pair(dir: &Path, name: &str) -> (PathBuf, kix_manifest::PublicKey) {
+    let secret = dir.join(format!("{name}.sec"));
+    let text = nix(&["key", "generate-secret", "--key-name", name], None);
+    std::fs::write(&secret, text).expect("key");
+    let public = nix(&["key", "convert-secret-to-public"], Some(&secret));
+    let public = kix_manifest::PublicKey::parse(public.trim()).expect("public key");
+    (secret, public)
+}
