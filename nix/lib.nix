@@ -3,6 +3,8 @@
 #   kix.lib.mkCluster { pkgs, name, packages, settings ? {}, health ? [], serviceAccount ? null }
 #   kix.lib.mkFleet { name, members, waves, maxParallel ? null, pause ? "0s" }  (nix/fleet.nix)
 #   kix.lib.mkTenants { pkgs, platform ? {}, clusters }  (nix/tenants.nix)
+#   kix.lib.helm.fetch / kix.lib.helm.render  (nix/helm.nix): Helm charts as packages
+#   kix.lib.kustomize.build  (nix/kustomize.nix): Kustomize overlays as packages
 #
 # returns a derivation whose output is a format-1 manifest tree:
 #
@@ -245,6 +247,20 @@ let
           ]
       ) (attrNames attrs)
     );
+
+  # A tool run in a build (helm, kustomize): a package with bin/<name>, or
+  # the executable itself as a path or an absolute path string (imported
+  # into the store like a path literal). The shell word that runs it.
+  tool =
+    name: t:
+    if isAttrs t && t ? outPath then
+      shellQuote "${t}/bin/${name}"
+    else if isPath t then
+      shellQuote "${t}"
+    else if isString t && substring 0 1 t == "/" then
+      shellQuote (if builtins.hasContext t then t else "${/. + t}")
+    else
+      throw "kix.lib: `${name}` must be a package with bin/${name} or the ${name} executable (a path), got ${describeValue t}";
 
   # Forces every check (each returns true or throws) before `value`.
   checkAll = checks: value: seq (all (c: c) checks) value;
@@ -858,7 +874,34 @@ let
       checkAll
       ;
   };
+  # kix.lib.helm.{fetch,render} (nix/helm.nix): charts as package fragments.
+  helm = import ./helm.nix {
+    inherit
+      describeValue
+      quote
+      shellQuote
+      isDnsLabel
+      checkAll
+      tool
+      ;
+  };
+  # kix.lib.kustomize.build (nix/kustomize.nix): overlays as package fragments.
+  kustomize = import ./kustomize.nix {
+    inherit
+      describeValue
+      shellQuote
+      tool
+      ;
+  };
 in
 {
-  inherit mkCluster checkCluster mkFleet mkTenants format;
+  inherit
+    mkCluster
+    checkCluster
+    mkFleet
+    mkTenants
+    helm
+    kustomize
+    format
+    ;
 }

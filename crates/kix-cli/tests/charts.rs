@@ -1,0 +1,356 @@
+//! kix.lib.helm and kix.lib.kustomize (#47, points 1 and 2), differential:
+//! each case of tests/fixtures/charts.nix (a chart and a set of values, or a
+//! Kustomize overlay) is built by real Nix into a Kix cluster, read back by
+//! kix's own reader, and its objects must equal what the real `helm
+//! template` (or `kustomize build`), run here directly with the same
+//! arguments, prints: the same identities and the same bodies. Hooks and
+//! CRDs are objects of the package too (kix gives them their meaning), and
+//! a chart's `test` hooks are set apart as the package's tests.
+//!
+//! helm and kustomize are the pinned ones of checks/build-helm-kustomize
+//! (`$KIX_HELM_BIN_DIR`, else the script is run); Nix is the host's, with
+//! nix/tests/host-tools.nix standing in for nixpkgs.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{Run, run};
+use serde_json::Value;
+
+/// `bin/helm`, `bin/kustomize`: `$KIX_HELM_BIN_DIR`, else checks/build-helm-kustomize.
+fn tools_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("KIX_HELM_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    let script = kix_testkit::repo_root().join("checks/build-helm-kustomize");
+    match Command::new(&script).output() {
+        Ok(out) if out.status.success() => {
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        }
+        other => panic!(
+            "this test needs the real helm and kustomize: run `checks/build-helm-kustomize` and \
+             export KIX_HELM_BIN_DIR=<the directory it prints> (running it failed: {other:?})"
+        ),
+    }
+}
+
+fn charts_nix() -> PathBuf {
+    kix_testkit::repo_root().join("crates/kix-cli/tests/fixtures/charts.nix")
+}
+
+/// The `--arg`s charts.nix takes: the tools as paths.
+fn tool_args(cmd: &mut Command) -> &mut Command {
+    let tools = tools_dir();
+    cmd.arg("--arg")
+        .arg("helm")
+        .arg(tools.join("helm"))
+        .arg("--arg")
+        .arg("kustomize")
+        .arg(tools.join("kustomize"))
+}
+
+fn succeeded(what: &str, out: Run) -> String {
+    assert_eq!(out.code, Some(0), "{what}: {out}");
+    out.stdout
+}
+
+/// `nix-build` of `clusters.<case>` for each case: the store paths, in order.
+fn build(cases: &[&str]) -> Vec<String> {
+    let mut cmd = Command::new("nix-build");
+    cmd.arg("--no-out-link").arg(charts_nix());
+    for case in cases {
+        cmd.arg("-A").arg(format!("clusters.{case}"));
+    }
+    let stdout = succeeded("nix-build charts.nix", run(tool_args(&mut cmd)));
+    let paths: Vec<String> = stdout.lines().map(str::to_owned).collect();
+    assert_eq!(
+        paths.len(),
+        cases.len(),
+        "one store path per case: {stdout}"
+    );
+    paths
+}
+
+/// `cases.<case>` of charts.nix: the arguments the case gives the library.
+fn case(name: &str) -> Value {
+    let mut cmd = Command::new("nix-instantiate");
+    cmd.args(["--eval", "--strict", "--json"])
+        .arg(charts_nix())
+        .arg("-A")
+        .arg(format!("cases.{name}"));
+    let stdout = succeeded("nix-instantiate charts.nix", run(tool_args(&mut cmd)));
+    serde_json::from_str(&stdout).expect("cases.<name> is JSON")
+}
+
+fn kube_version() -> String {
+    let mut cmd = Command::new("nix-instantiate");
+    cmd.args(["--eval", "--json"])
+        .arg(charts_nix())
+        .args(["-A", "kubeVersion"]);
+    let stdout = succeeded("kubeVersion of charts.nix", run(tool_args(&mut cmd)));
+    serde_json::from_str(&stdout).expect("a JSON string")
+}
+
+/// `helm template` run directly with the case's arguments.
+fn helm_template(case: &Value, scratch: &Path) -> String {
+    let values = scratch.join("values.json");
+    std::fs::write(&values, case["values"].to_string()).expect("values.json");
+    let home = scratch.join("home");
+    let mut cmd = Command::new(tools_dir().join("helm"));
+    cmd.env("HOME", &home)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .arg("template")
+        .arg(str_of(&case["releaseName"]))
+        .arg(str_of(&case["chart"]))
+        .arg("--namespace")
+        .arg(str_of(&case["namespace"]))
+        .arg("--kube-version")
+        .arg(kube_version());
+    for file in case["valuesFiles"].as_array().expect("valuesFiles") {
+        cmd.arg("--values").arg(str_of(file));
+    }
+    cmd.arg("--values").arg(&values);
+    for api in case["apiVersions"].as_array().expect("apiVersions") {
+        cmd.arg("--api-versions").arg(str_of(api));
+    }
+    if case["includeCRDs"] == Value::Bool(true) {
+        cmd.arg("--include-crds");
+    }
+    succeeded("helm template", run(&mut cmd))
+}
+
+fn str_of(v: &Value) -> &str {
+    v.as_str()
+        .unwrap_or_else(|| panic!("expected a string, got {v}"))
+}
+
+/// apiVersion, kind, namespace ("" when none), name.
+type Identity = (String, String, String, String);
+
+/// Kinds of the fixtures that have no namespace (an independent list, not
+/// kix's): objects of any other kind without one go to the release's.
+const CLUSTER_SCOPED: [&str; 6] = [
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "IngressClass",
+    "Namespace",
+    "ValidatingWebhookConfiguration",
+];
+
+fn identity(object: &Value) -> Identity {
+    let field = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    (
+        field(&object["apiVersion"]),
+        field(&object["kind"]),
+        field(&object["metadata"]["namespace"]),
+        field(&object["metadata"]["name"]),
+    )
+}
+
+/// The objects of a YAML stream, keyed by identity; a namespaced object
+/// without a namespace gets `namespace`, as `helm install` would give it.
+fn objects_of_stream(text: &str, namespace: &str) -> BTreeMap<Identity, Value> {
+    let objects = kix_manifest::decode::file_objects(text.as_bytes()).expect("the output parses");
+    let mut out = BTreeMap::new();
+    for mut object in objects {
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        if !CLUSTER_SCOPED.contains(&kind.as_str()) && object["metadata"].get("namespace").is_none()
+        {
+            object["metadata"]["namespace"] = Value::String(namespace.to_owned());
+        }
+        let previous = out.insert(identity(&object), object);
+        assert!(
+            previous.is_none(),
+            "a duplicate object in the tool's output"
+        );
+    }
+    out
+}
+
+/// What kix reads from a built cluster's one package: its objects, and its
+/// tests (Helm `test` hooks) apart.
+struct Read {
+    objects: BTreeMap<Identity, Value>,
+    tests: BTreeMap<Identity, Value>,
+}
+
+fn read_build(path: &str) -> Read {
+    let build = kix_manifest::read_tree(Path::new(path), &kix_manifest::ReadOptions::default())
+        .unwrap_or_else(|e| panic!("kix reads {path}: {e}"));
+    assert_eq!(build.packages.len(), 1, "one package per case");
+    let package = &build.packages[0];
+    let keyed = |objects: &[kix_manifest::Object]| {
+        objects
+            .iter()
+            .map(|o| {
+                let manifest = o.manifest();
+                (identity(&manifest), manifest)
+            })
+            .collect()
+    };
+    Read {
+        objects: keyed(&package.objects),
+        tests: keyed(&package.tests),
+    }
+}
+
+fn assert_same(what: &str, expected: &BTreeMap<Identity, Value>, got: &BTreeMap<Identity, Value>) {
+    let missing: Vec<_> = expected.keys().filter(|k| !got.contains_key(*k)).collect();
+    let extra: Vec<_> = got.keys().filter(|k| !expected.contains_key(*k)).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "{what}: not the same objects; missing from kix's package: {missing:?}; only in kix's: {extra:?}"
+    );
+    for (key, body) in expected {
+        assert_eq!(&got[key], body, "{what}: the body of {key:?} differs");
+    }
+}
+
+fn hook_of(object: &Value) -> Option<&str> {
+    object["metadata"]["annotations"]["helm.sh/hook"].as_str()
+}
+
+const HELM_CASES: [&str; 7] = [
+    "hookdemo-default",
+    "hookdemo-values",
+    "hookdemo-no-crds",
+    "certwarden-default",
+    "certwarden-values",
+    "edge-ingress-default",
+    "edge-ingress-ttl",
+];
+
+#[test]
+fn rendered_packages_equal_helm_template() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let paths = build(&HELM_CASES);
+    for (name, path) in HELM_CASES.iter().zip(&paths) {
+        let case = case(name);
+        let namespace = str_of(&case["namespace"]);
+        let expected = objects_of_stream(&helm_template(&case, scratch.path()), namespace);
+        assert!(
+            expected.len() >= 5,
+            "{name}: helm rendered too little: {expected:?}"
+        );
+        let read = read_build(path);
+        let mut got = read.objects.clone();
+        got.extend(read.tests.clone());
+        assert_same(name, &expected, &got);
+        // Test hooks, and only they, are set apart.
+        for (key, object) in &read.tests {
+            assert_eq!(
+                hook_of(object),
+                Some("test"),
+                "{name}: {key:?} is not a test hook"
+            );
+        }
+        for (key, object) in &read.objects {
+            assert_ne!(
+                hook_of(object),
+                Some("test"),
+                "{name}: test hook {key:?} would be deployed"
+            );
+        }
+    }
+}
+
+/// What the cases must contain, so the equality above is about something:
+/// CRDs from crds/ (only with includeCRDs), every hook kind with its
+/// annotations, the kept object, values from Nix and from files.
+#[test]
+fn rendered_packages_hold_crds_hooks_and_values() {
+    let paths = build(&["hookdemo-default", "hookdemo-values", "hookdemo-no-crds"]);
+    let default = read_build(&paths[0]);
+    let crd = (
+        "apiextensions.k8s.io/v1".to_owned(),
+        "CustomResourceDefinition".to_owned(),
+        String::new(),
+        "widgets.hookdemo.example.com".to_owned(),
+    );
+    assert!(
+        default.objects.contains_key(&crd),
+        "the chart's crds/ CRD is in the package"
+    );
+    let crd_file = Path::new(&paths[0]).join(
+        "packages/hookdemo-default/resources/manifests/000-helm-demo/hookdemo/crds/widgets.yaml",
+    );
+    assert!(
+        crd_file.is_file(),
+        "crds/ keeps its own file: {}",
+        crd_file.display()
+    );
+    let hooks: BTreeMap<&str, &str> = default
+        .objects
+        .iter()
+        .filter_map(|(k, o)| Some((k.3.as_str(), hook_of(o)?)))
+        .collect();
+    assert_eq!(
+        hooks,
+        BTreeMap::from([
+            ("demo-hookdemo-cleanup", "pre-delete"),
+            ("demo-hookdemo-migrate", "pre-install,pre-upgrade"),
+            ("demo-hookdemo-notify", "post-install,post-upgrade"),
+        ]),
+        "hooks keep their annotations"
+    );
+    let ledger = default
+        .objects
+        .iter()
+        .find(|(k, _)| k.3 == "demo-hookdemo-ledger")
+        .expect("the kept ledger");
+    assert_eq!(
+        ledger.0.2, "apps",
+        "no namespace in the chart: the package's"
+    );
+    assert_eq!(
+        ledger.1["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    assert_eq!(default.tests.len(), 1, "one test hook");
+
+    let values = read_build(&paths[1]);
+    let settings = values
+        .objects
+        .values()
+        .find(|o| o["metadata"]["name"] == "shop-hookdemo-settings")
+        .expect("settings");
+    assert_eq!(
+        settings["data"],
+        serde_json::json!({"greeting": "hej", "mode": "strict", "extra": "yes: really", "port": "8080"}),
+        "Nix values win over the values file, which wins over the chart's"
+    );
+    assert!(values.tests.is_empty(), "tests.enabled = false");
+
+    let bare = read_build(&paths[2]);
+    assert!(
+        !bare
+            .objects
+            .keys()
+            .any(|k| k.1 == "CustomResourceDefinition"),
+        "includeCRDs = false leaves crds/ out"
+    );
+}
+
+const KUSTOMIZE_CASES: [&str; 2] = ["kustomize-prod", "kustomize-dev"];
+
+#[test]
+fn built_overlays_equal_kustomize_build() {
+    let paths = build(&KUSTOMIZE_CASES);
+    for (name, path) in KUSTOMIZE_CASES.iter().zip(&paths) {
+        let case = case(name);
+        let mut cmd = Command::new(tools_dir().join("kustomize"));
+        cmd.arg("build").arg(str_of(&case["path"]));
+        let expected = objects_of_stream(&succeeded("kustomize build", run(&mut cmd)), "");
+        assert!(
+            expected.len() >= 3,
+            "{name}: kustomize built too little: {expected:?}"
+        );
+        assert_same(name, &expected, &read_build(path).objects);
+    }
+}

@@ -1,0 +1,61 @@
+# kix.lib.kustomize.build { pkgs, path, kustomize ? pkgs.kustomize }
+#
+# Runs the real `kustomize build` of an overlay (a directory with a
+# kustomization.yaml: a path, an absolute path string or a derivation) in a
+# build and returns a package fragment for `packages.<p>`:
+#
+#   { manifests = [ <built> ]; }
+#
+# where <built> is a directory holding `kustomize build`'s output as one
+# multi-document YAML file, `kustomize-build.yaml`. Complete it with the
+# package's own attributes:
+#
+#   packages.web = kix.lib.kustomize.build { inherit pkgs; path = ./overlays/prod; } // { version = "1.2.0"; };
+#
+# `kustomize` is a package with bin/kustomize, or the kustomize executable
+# itself (a path, or an absolute path string). The overlay is copied into
+# the store, so it may refer only to files under the directory given: an
+# overlay with `resources: [ ../../base ]` is given as a directory inside the
+# copied tree, `path = "${./k8s}/overlays/prod";` (the whole ./k8s is
+# copied; `./k8s/overlays/prod` alone would leave its base behind). Remote
+# bases cannot be fetched in a build. Only `pkgs.runCommand` is used.
+{
+  describeValue,
+  shellQuote,
+  tool,
+}:
+let
+  inherit (builtins) isAttrs isString match substring;
+
+  build =
+    {
+      pkgs,
+      path,
+      kustomize ? pkgs.kustomize,
+    }:
+    let
+      fail = msg: throw "kix.lib.kustomize.build: ${msg}";
+      source =
+        if builtins.isPath path || isAttrs path && path ? outPath then
+          path
+        else if isString path && substring 0 1 path == "/" then
+          (if builtins.hasContext path then path else /. + path)
+        else
+          fail "`path` must be a directory (a path, an absolute path string or a derivation), got ${describeValue path}";
+      # The overlay's directory name, without the store path it may be in.
+      name = builtins.unsafeDiscardStringContext (builtins.baseNameOf (toString path));
+      built = pkgs.runCommand "kustomize-${if match "[A-Za-z0-9._+-]+" name != null then name else "overlay"}" {
+        preferLocalBuild = true;
+        allowSubstitutes = false;
+      } ''
+        set -e
+        export HOME="$TMPDIR/home"
+        mkdir -p "$out"
+        ${tool "kustomize" kustomize} build ${shellQuote "${source}"} > "$out/kustomize-build.yaml"
+      '';
+    in
+    { manifests = [ built ]; };
+in
+{
+  inherit build;
+}
