@@ -98,13 +98,8 @@ fn kube_version() -> String {
 fn helm_template(case: &Value, scratch: &Path) -> String {
     let values = scratch.join("values.json");
     std::fs::write(&values, case["values"].to_string()).expect("values.json");
-    let home = scratch.join("home");
-    let mut cmd = Command::new(tools_dir().join("helm"));
-    cmd.env("HOME", &home)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .arg("template")
+    let mut cmd = helm(scratch);
+    cmd.arg("template")
         .arg(str_of(&case["releaseName"]))
         .arg(str_of(&case["chart"]))
         .arg("--namespace")
@@ -353,4 +348,115 @@ fn built_overlays_equal_kustomize_build() {
         );
         assert_same(name, &expected, &read_build(path).objects);
     }
+}
+
+/// `helm` run directly, with its caches in `scratch`.
+fn helm(scratch: &Path) -> Command {
+    let home = scratch.join("home");
+    let mut cmd = Command::new(tools_dir().join("helm"));
+    cmd.env("HOME", &home)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    cmd
+}
+
+/// An expression of kix.lib with the host-tools builder for `pkgs`.
+fn nix_build_expr(expr: &str) -> Run {
+    let repo = kix_testkit::repo_root();
+    let prelude = format!(
+        "let kix = import {}/nix {{ }}; pkgs = import {}/nix/tests/host-tools.nix {{ }}; helm = {}; in ",
+        repo.display(),
+        repo.display(),
+        tools_dir().join("helm").display()
+    );
+    run(Command::new("nix-build")
+        .arg("--no-out-link")
+        .arg("-E")
+        .arg(prelude + expr))
+}
+
+/// A chart repository on loopback (helm package, helm repo index): fetch
+/// pins the archive by hash, render takes it and the chart's version.
+#[test]
+fn fetch_pins_a_chart_archive_from_a_repository() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let served = scratch.path().join("repo");
+    let server = kix_testkit::cache_server::CacheServer::start(&served).expect("server");
+    let chart = kix_testkit::repo_root().join("crates/kix-cli/tests/fixtures/charts/certwarden");
+    succeeded(
+        "helm package",
+        run(helm(scratch.path())
+            .arg("package")
+            .arg(&chart)
+            .arg("-d")
+            .arg(&served)),
+    );
+    succeeded(
+        "helm repo index",
+        run(helm(scratch.path())
+            .args(["repo", "index"])
+            .arg(&served)
+            .args(["--url", &server.url])),
+    );
+    let archive = served.join("certwarden-1.16.2.tgz");
+    let hash = succeeded(
+        "nix hash file",
+        run(Command::new("nix")
+            .args(["--extra-experimental-features", "nix-command"])
+            .args(["hash", "file", "--type", "sha256", "--sri"])
+            .arg(&archive)),
+    );
+    let fetch = |hash: &str| {
+        format!(
+            "kix.helm.fetch {{ inherit pkgs helm; repo = \"{}\"; chart = \"certwarden\"; version = \"1.16.2\"; hash = \"{}\"; }}",
+            server.url,
+            hash.trim()
+        )
+    };
+    let fetched = succeeded("fetch", nix_build_expr(&fetch(&hash)));
+    assert_eq!(
+        std::fs::read(fetched.trim()).expect("the fetched archive"),
+        std::fs::read(&archive).expect("the served archive"),
+        "the archive exactly as served"
+    );
+
+    // Rendered from the archive: the chart's version, the same objects as
+    // helm template of the archive.
+    let cluster = format!(
+        "kix.mkCluster {{ inherit pkgs; name = \"fetched\"; packages.certs = kix.helm.render {{ inherit pkgs helm; chart = {}; releaseName = \"certs\"; namespace = \"certs\"; kubeVersion = \"1.36.3\"; }}; }}",
+        fetch(&hash)
+    );
+    let built = succeeded("render of the fetched chart", nix_build_expr(&cluster));
+    let package =
+        std::fs::read_to_string(Path::new(built.trim()).join("packages/certs/package.json"))
+            .expect("package.json");
+    assert!(package.contains("\"version\":\"1.16.2\""), "{package}");
+    let direct = succeeded(
+        "helm template of the archive",
+        run(helm(scratch.path())
+            .args(["template", "certs"])
+            .arg(&archive)
+            .args([
+                "--namespace",
+                "certs",
+                "--kube-version",
+                "1.36.3",
+                "--include-crds",
+            ])),
+    );
+    assert_same(
+        "fetched",
+        &objects_of_stream(&direct, "certs"),
+        &read_build(built.trim()).objects,
+    );
+
+    // Another hash: the fetch fails, naming both.
+    let wrong = "sha256-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+    let refused = nix_build_expr(&fetch(wrong));
+    assert_ne!(refused.code, Some(0), "{refused}");
+    assert!(
+        refused.stderr.contains("hash mismatch") && refused.stderr.contains(hash.trim()),
+        "{refused}"
+    );
 }
