@@ -460,3 +460,105 @@ fn fetch_pins_a_chart_archive_from_a_repository() {
         "{refused}"
     );
 }
+
+/// The ```nix blocks of docs/migrating.md's "From Helm" and "From
+/// Kustomize", each lines-trimmed.
+fn migrating_doc_blocks() -> Vec<Vec<String>> {
+    let doc = std::fs::read_to_string(kix_testkit::repo_root().join("docs/migrating.md"))
+        .expect("docs/migrating.md");
+    let start = doc.find("## From Helm").expect("a From Helm section");
+    let end = doc
+        .find("## From `kubectl apply`")
+        .expect("a From kubectl apply section");
+    let mut blocks = Vec::new();
+    let mut current: Option<Vec<String>> = None;
+    for line in doc[start..end].lines() {
+        match (line.trim(), current.as_mut()) {
+            ("```nix", None) => current = Some(Vec::new()),
+            ("```", Some(_)) => blocks.extend(current.take()),
+            (text, Some(block)) => block.push(text.to_owned()),
+            _ => {}
+        }
+    }
+    blocks
+}
+
+/// docs/migrating.md's examples are pieces of examples/migrating/default.nix,
+/// which builds, with the pinned helm and kustomize as nixpkgs'
+/// kubernetes-helm and kustomize packages (bin/helm, bin/kustomize).
+#[test]
+fn migrating_doc_examples_build() {
+    let repo = kix_testkit::repo_root();
+    let example = repo.join("examples/migrating/default.nix");
+    let text = std::fs::read_to_string(&example).expect("the example");
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let blocks = migrating_doc_blocks();
+    assert!(blocks.len() >= 3, "the doc lost its examples: {blocks:?}");
+    for block in &blocks {
+        assert!(
+            lines.windows(block.len()).any(|w| w == block.as_slice()),
+            "docs/migrating.md shows code that examples/migrating/default.nix does not have:\n{}",
+            block.join("\n")
+        );
+    }
+
+    let tools = tools_dir();
+    let pkgs = format!(
+        "let p = import {}/nix/tests/host-tools.nix {{ }}; \
+         pkg = name: exe: p.runCommand name {{ }} \"mkdir -p $out/bin; cp ${{exe}} $out/bin/${{name}}\"; \
+         in p // {{ kubernetes-helm = pkg \"helm\" {}; kustomize = pkg \"kustomize\" {}; }}",
+        repo.display(),
+        tools.join("helm").display(),
+        tools.join("kustomize").display()
+    );
+    let built = succeeded(
+        "nix-build examples/migrating -A kixClusters.prod",
+        run(Command::new("nix-build")
+            .arg("--no-out-link")
+            .arg(&example)
+            .args(["-A", "kixClusters.prod", "--arg", "pkgs", &pkgs])),
+    );
+    let build = kix_manifest::read_tree(
+        Path::new(built.trim()),
+        &kix_manifest::ReadOptions::default(),
+    )
+    .expect("kix reads the example's build");
+    let manifest = |package: &str, kind: &str, name: &str| {
+        build
+            .package(package)
+            .and_then(|p| {
+                p.objects
+                    .iter()
+                    .find(|o| o.key.kind == kind && o.key.name == name)
+            })
+            .map(|o| o.manifest())
+            .unwrap_or_else(|| panic!("{package} has no {kind} {name}"))
+    };
+    let web = manifest("web", "Deployment", "web");
+    assert_eq!(web["spec"]["replicas"], 3, "values from Nix");
+    assert_eq!(
+        web["spec"]["template"]["spec"]["containers"][0]["image"], "registry.example.com/web:1.2.0",
+        "values from the file"
+    );
+    assert_eq!(web["metadata"]["namespace"], "web", "the release namespace");
+    assert_eq!(
+        manifest("web", "Job", "web-migrate")["metadata"]["annotations"]["helm.sh/hook"],
+        "pre-install,pre-upgrade"
+    );
+    let worker = manifest("worker", "Deployment", "worker");
+    assert_eq!(worker["spec"]["replicas"], 2);
+    assert_eq!(worker["metadata"]["namespace"], "worker");
+
+    let fetched = run(Command::new("nix-instantiate").arg(&example).args([
+        "-A",
+        "fetched.manifests",
+        "--arg",
+        "pkgs",
+        &pkgs,
+    ]));
+    assert_eq!(
+        fetched.code,
+        Some(0),
+        "the fetch example evaluates: {fetched}"
+    );
+}
