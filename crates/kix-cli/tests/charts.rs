@@ -562,3 +562,70 @@ fn migrating_doc_examples_build() {
         "the fetch example evaluates: {fetched}"
     );
 }
+
+/// A rendered chart deploys on the test control plane: hookdemo (CRD from
+/// crds/ and a Widget of it, hooks, the kept ledger, a test hook) goes
+/// Active with every object the chart rendered live in the release's
+/// namespace but the test hook, and a second deploy of the same build
+/// succeeds too. KWOK runs the Deployment's pods and completes the Jobs'.
+#[tokio::test]
+async fn a_rendered_chart_deploys() {
+    let env = kix_testkit::TestEnv::new("helm-render").await.expect("env");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let cluster = format!(
+        "kix.mkCluster {{ inherit pkgs; name = \"{}\"; packages.demo = kix.helm.render {{ inherit pkgs helm; chart = {}; releaseName = \"{}\"; namespace = \"{}\"; kubeVersion = \"1.36.3\"; values.replicaCount = 2; }} // {{ version = \"0.3.1\"; }}; }}",
+        env.cluster,
+        kix_testkit::repo_root()
+            .join("crates/kix-cli/tests/fixtures/charts/hookdemo")
+            .display(),
+        env.cluster,
+        env.namespace,
+    );
+    let built = succeeded("nix-build of the chart's cluster", nix_build_expr(&cluster));
+    let path = built.trim();
+    let kubeconfig = kix_testkit::kubeconfig_path();
+    let gcroots = scratch.path().join("gcroots");
+    for attempt in ["first", "second"] {
+        let deployed = run(common::kix(&kubeconfig, &gcroots).args([
+            "deploy",
+            &env.cluster,
+            "--path",
+            path,
+            "--yes",
+        ]));
+        assert_eq!(deployed.code, Some(0), "{attempt} deploy: {deployed}");
+    }
+    let release = format!("{}-hookdemo", env.cluster);
+    let replicas = env
+        .kubectl(&[
+            "get",
+            "deployment",
+            &release,
+            "-n",
+            &env.namespace,
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ])
+        .expect("the Deployment");
+    assert_eq!(replicas.trim(), "2", "values from Nix");
+    for (kind, name) in [
+        ("widgets.hookdemo.example.com", release.clone()),
+        ("configmap", format!("{release}-ledger")),
+        ("configmap", format!("{release}-settings")),
+        ("service", release.clone()),
+    ] {
+        env.kubectl(&["get", kind, &name, "-n", &env.namespace])
+            .unwrap_or_else(|e| panic!("{kind} {name} is live: {e}"));
+    }
+    let test_pod = env.kubectl(&[
+        "get",
+        "pod",
+        &format!("{release}-test-connection"),
+        "-n",
+        &env.namespace,
+    ]);
+    assert!(
+        test_pod.is_err(),
+        "the test hook was deployed: {test_pod:?}"
+    );
+}
