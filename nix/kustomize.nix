@@ -54,7 +54,8 @@ let
         ${tool "kustomize" kustomize} build ${shellQuote "${source}"} > "$out/kustomize-build.yaml"
       '';
     in
-    { manifests = [ built ]; };
+    # The path is checked as soon as the fragment is looked at.
+    builtins.seq source { manifests = [ built ]; };
 in
 {
   inherit build;

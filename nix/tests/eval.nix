@@ -20,7 +20,7 @@ let
   kix = import ../default.nix { };
   pkgs = import ./host-tools.nix { inherit system; };
   clusters = import ./clusters.nix { inherit system; };
-  throwing = import ./throws.nix { inherit system; };
+  throwing = import ./throws.nix { inherit system; } // import ./chart-throws.nix { inherit system; };
 
   mk =
     args:

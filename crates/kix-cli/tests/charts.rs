@@ -629,3 +629,36 @@ async fn a_rendered_chart_deploys() {
         "the test hook was deployed: {test_pod:?}"
     );
 }
+
+/// Each call of nix/tests/chart-throws.nix fails evaluation with a message
+/// naming the function, the release or chart, and the argument at fault.
+#[test]
+fn wrong_arguments_name_what_is_wrong() {
+    let file = kix_testkit::repo_root().join("nix/tests/chart-throws.nix");
+    let expect = succeeded(
+        "the expected messages",
+        run(Command::new("nix-instantiate")
+            .args(["--eval", "--strict", "--json", "-E"])
+            .arg(format!(
+                "builtins.mapAttrs (n: c: c.expect) (import {} {{ }})",
+                file.display()
+            ))),
+    );
+    let cases: BTreeMap<String, Vec<String>> = serde_json::from_str(&expect).expect("cases");
+    assert!(cases.len() >= 3, "{cases:?}");
+    for (name, parts) in &cases {
+        let out = run(Command::new("nix-instantiate")
+            .args(["--eval", "-E"])
+            .arg(format!(
+                "builtins.seq (import {} {{ }}).{name}.value true",
+                file.display()
+            )));
+        assert_ne!(out.code, Some(0), "{name} evaluated: {out}");
+        for part in parts {
+            assert!(
+                out.stderr.contains(part.as_str()),
+                "{name}: the message lacks {part:?}: {out}"
+            );
+        }
+    }
+}
