@@ -162,9 +162,66 @@ pub fn managed_selector() -> String {
     format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")
 }
 
+/// Prefix of the label that marks an applied object as one Kix cluster's:
+/// `cluster.kix.run/<cluster>` ([`cluster_label`]). One key per Kix
+/// cluster, so each of the clusters that share an object marks it (a
+/// value would be the last writer's), and a plan lists its own objects
+/// with a selector instead of every object kix manages.
+pub const CLUSTER_LABEL_PREFIX: &str = "cluster.kix.run/";
+/// Value of a [`cluster_label`].
+pub const CLUSTER_LABEL_VALUE: &str = "true";
+/// Condition on an Activation record whose deploy left every object of its
+/// Kix cluster with the [`cluster_label`]: the next plan lists by it.
+pub const CONDITION_OBJECTS_LABELLED: &str = "ObjectsLabelled";
+
+/// Longest name part of a label key.
+const LABEL_NAME_MAX: usize = 63;
+
+/// The key of the label marking `cluster`'s objects: `cluster.kix.run/`
+/// and the cluster's name, or, for a name a label key cannot hold (longer
+/// than 63 characters or other characters), `h.` and 40 hex characters of
+/// its SHA-256.
+pub fn cluster_label(cluster: &str) -> String {
+    let fits = !cluster.is_empty()
+        && cluster.len() <= LABEL_NAME_MAX
+        && cluster
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && cluster.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && cluster.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if fits {
+        return format!("{CLUSTER_LABEL_PREFIX}{cluster}");
+    }
+    let hash = hex::encode(Sha256::digest(cluster.as_bytes()));
+    format!("{CLUSTER_LABEL_PREFIX}h.{}", &hash[..40])
+}
+
+/// Label selector for the objects kix manages for `cluster`.
+pub fn cluster_objects_selector(cluster: &str) -> String {
+    format!("{},{}", managed_selector(), cluster_label(cluster))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_label_is_a_valid_key_for_any_cluster_name() {
+        assert_eq!(cluster_label("prod-eu"), "cluster.kix.run/prod-eu");
+        assert_eq!(
+            cluster_objects_selector("prod"),
+            "app.kubernetes.io/managed-by=kix,cluster.kix.run/prod"
+        );
+        for odd in ["x".repeat(64), "a/b".into(), "-a".into(), "a b".into()] {
+            let key = cluster_label(&odd);
+            let name = key.strip_prefix(CLUSTER_LABEL_PREFIX).expect("prefix");
+            assert!(name.starts_with("h.") && name.len() == 42, "{key}");
+        }
+        assert_ne!(
+            cluster_label(&"x".repeat(64)),
+            cluster_label(&"y".repeat(64))
+        );
+    }
 
     #[test]
     fn owner_value_is_label_safe_and_stable() {

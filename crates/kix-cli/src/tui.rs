@@ -655,6 +655,7 @@ mod tests {
             crd_upgrades: vec![],
             desired: vec![],
             options: Default::default(),
+            labelled: false,
         }
     }
 

@@ -387,10 +387,12 @@ async fn a_record_is_named_after_its_own_kix_cluster() {
 /// not change or delete it.
 fn plant_decoy(platform: &Platform, claimed: &str) {
     let owner = kix_api::owner_value("", "ConfigMap", Some("team-a"), "decoy");
+    // Every label kix looks for, team-b's own included: plans find it.
+    let team_b = kix_api::labels::cluster_label("team-b");
     let decoy = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "decoy", "namespace": "team-a",
                      "labels": {"app.kubernetes.io/managed-by": "kix", "kix.run/owner": owner,
-                                "kix.run/package": "web"},
+                                "kix.run/package": "web", team_b: "true"},
                      "annotations": {"kix.run/activations": claimed}},
         "data": {"value": "team-a's"}});
     assert_created(platform, ALICE, &decoy.to_string(), "alice's decoy");

@@ -658,6 +658,11 @@ async fn start_record(
             status.message = None;
         }
         status.kinds = plan.kinds.clone();
+        // Listed by its label, every object of the cluster has it, and
+        // every object this deploy writes gets it.
+        if plan.labelled {
+            records::say_objects_labelled(status, &plan.cluster);
+        }
         status.objects = Some(build.object_count() as u32);
         status.progress = Some(Progress {
             total: build.object_count() as u32,
@@ -831,8 +836,16 @@ async fn finish(
     if let Some(p) = status.progress.as_mut() {
         p.pruned = changes.pruned();
     }
+    // Listed wide (an older kix's objects), every object of the cluster
+    // is labelled now if all was applied and pruned (a scoped plan read
+    // only some).
+    let whole = run.plan.labelled || run.plan.options.only.is_none();
+    let labelled = phase == Phase::Active && run.options.prune && whole;
     records::update_status(run.client, name, |latest| {
-        records::take_run_fields(latest, &status)
+        records::take_run_fields(latest, &status);
+        if labelled {
+            records::say_objects_labelled(latest, &run.plan.cluster);
+        }
     })
     .await?;
     if matches!(phase, Phase::Active | Phase::Degraded) {

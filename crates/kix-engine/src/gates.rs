@@ -479,6 +479,7 @@ mod tests {
             crd_upgrades: vec![],
             desired: vec![],
             options: PlanOptions::default(),
+            labelled: false,
         };
         plan.digest = crate::seal::digest(&plan);
         plan

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt, stream};
 use kix_api::{
-    ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, ANNOTATION_PRUNE, LABEL_OWNER, LABEL_PACKAGE,
-    PRUNE_DISABLED, owner_value,
+    ANNOTATION_ACTIVATIONS, ANNOTATION_DIGEST, ANNOTATION_PRUNE, LABEL_MANAGED_BY, LABEL_OWNER,
+    LABEL_PACKAGE, MANAGED_BY_VALUE, PRUNE_DISABLED, owner_value,
 };
 use kix_manifest::{KeyMap, ObjectKey};
 use kube::api::{DynamicObject, ListParams};
@@ -26,6 +26,8 @@ pub struct Live {
     pub namespaced: bool,
     /// Labelled by kix *and* the owner label names this object's identity.
     pub owned: bool,
+    /// It has kix's managed-by label.
+    pub managed: bool,
     pub digest: Option<String>,
     pub activations: BTreeSet<String>,
     /// Why prune keeps it whatever the build says (`kix.run/prune: disabled`,
@@ -39,6 +41,9 @@ pub struct Live {
     /// Field managers with an Apply entry (which Kix clusters applied it as
     /// their own manager, and whether the single `kix` of earlier versions did).
     pub appliers: Vec<String>,
+    /// The keys of its Kix cluster labels (`cluster.kix.run/<cluster>`):
+    /// the clusters that marked it as theirs.
+    pub cluster_labels: Vec<String>,
 }
 
 pub use crate::plan_object::{Deletion, human_duration};
@@ -48,6 +53,26 @@ impl Live {
     pub fn api_version(&self) -> &str {
         &self.resource.api_version
     }
+
+    /// Whether `cluster` marked it with its label ([`kix_api::labels::cluster_label`]).
+    pub fn labelled_for(&self, cluster: &str) -> bool {
+        let key = kix_api::labels::cluster_label(cluster);
+        self.cluster_labels.contains(&key)
+    }
+}
+
+/// Objects read by LISTs in this process: what a plan reads grows with
+/// them (the operator's `/metrics` shows it).
+static OBJECTS_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many objects the LISTs of this process read so far.
+pub fn objects_read() -> u64 {
+    OBJECTS_READ.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts `n` objects read by a LIST.
+pub(crate) fn count_read(n: usize) {
+    OBJECTS_READ.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// How many LISTs run at once.
@@ -224,12 +249,15 @@ struct LeanItem {
 /// The keys of a string map that [`Picked`] keeps.
 pub(crate) trait Wanted {
     const KEYS: &'static [&'static str];
+    /// Keys starting with it are kept too, by name ([`Picked::prefixed`]).
+    const PREFIX: Option<&'static str> = None;
 }
 
 /// kix's labels of a listed object.
 pub(crate) struct KixLabels;
 impl Wanted for KixLabels {
-    const KEYS: &'static [&'static str] = &[LABEL_OWNER, LABEL_PACKAGE];
+    const KEYS: &'static [&'static str] = &[LABEL_OWNER, LABEL_PACKAGE, LABEL_MANAGED_BY];
+    const PREFIX: Option<&'static str> = Some(kix_api::labels::CLUSTER_LABEL_PREFIX);
 }
 
 /// kix's annotations of a listed object.
@@ -247,6 +275,8 @@ impl Wanted for KixAnnotations {
 /// entries are skipped unread (a map per object was 1 KB at 50,000 objects).
 pub(crate) struct Picked<W> {
     values: Vec<Option<String>>,
+    /// The keys starting with `W::PREFIX`.
+    prefixed: Vec<String>,
     wanted: std::marker::PhantomData<W>,
 }
 
@@ -279,44 +309,65 @@ impl<'de, W: Wanted> serde::de::Visitor<'de> for PickedVisitor<W> {
         mut map: A,
     ) -> std::result::Result<Picked<W>, A::Error> {
         let mut values = vec![None; W::KEYS.len()];
-        while let Some(index) = map.next_key_seed(KeyIndex(W::KEYS))? {
-            match index {
-                Some(i) => values[i] = map.next_value::<Option<String>>()?,
-                None => {
+        let mut prefixed = Vec::new();
+        while let Some(key) = map.next_key_seed(KeyIndex(W::KEYS, W::PREFIX))? {
+            match key {
+                PickedKey::Wanted(i) => values[i] = map.next_value::<Option<String>>()?,
+                PickedKey::Prefixed(key) => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    prefixed.push(key);
+                }
+                PickedKey::Other => {
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
             }
         }
         Ok(Picked {
             values,
+            prefixed,
             wanted: std::marker::PhantomData,
         })
     }
 }
 
-/// A map key read as its index in the wanted keys, without allocating.
-struct KeyIndex(&'static [&'static str]);
+/// A map key as [`Picked`] reads it.
+enum PickedKey {
+    /// Its index in the wanted keys.
+    Wanted(usize),
+    /// A key with the wanted prefix, kept by name.
+    Prefixed(String),
+    Other,
+}
+
+/// A map key read as a [`PickedKey`], allocating only for a prefixed one.
+struct KeyIndex(&'static [&'static str], Option<&'static str>);
 
 impl<'de> serde::de::DeserializeSeed<'de> for KeyIndex {
-    type Value = Option<usize>;
+    type Value = PickedKey;
 
     fn deserialize<D: serde::Deserializer<'de>>(
         self,
         deserializer: D,
-    ) -> std::result::Result<Option<usize>, D::Error> {
+    ) -> std::result::Result<PickedKey, D::Error> {
         deserializer.deserialize_str(self)
     }
 }
 
 impl serde::de::Visitor<'_> for KeyIndex {
-    type Value = Option<usize>;
+    type Value = PickedKey;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a string key")
     }
 
-    fn visit_str<E: serde::de::Error>(self, key: &str) -> std::result::Result<Option<usize>, E> {
-        Ok(self.0.iter().position(|k| *k == key))
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> std::result::Result<PickedKey, E> {
+        if let Some(i) = self.0.iter().position(|k| *k == key) {
+            return Ok(PickedKey::Wanted(i));
+        }
+        Ok(match self.1 {
+            Some(prefix) if key.starts_with(prefix) => PickedKey::Prefixed(key.to_string()),
+            _ => PickedKey::Other,
+        })
     }
 }
 
@@ -344,8 +395,13 @@ async fn list_lean(
     let mut out = Vec::new();
     while let Some(batch) = batches.next().await.map_err(kube::Error::ReadEvents)? {
         let batch: LeanBatch = serde_json::from_str(&batch).map_err(kube::Error::SerdeError)?;
-        let items = batch.items.unwrap_or_default().into_iter();
-        out.extend(items.map(|item| to_live(item.metadata, resource, namespaced)));
+        let items = batch.items.unwrap_or_default();
+        count_read(items.len());
+        out.extend(
+            items
+                .into_iter()
+                .map(|item| to_live(item.metadata, resource, namespaced)),
+        );
     }
     Ok(out)
 }
@@ -364,6 +420,7 @@ fn to_live(meta: LeanMeta, resource: &Arc<ApiResource>, namespaced: bool) -> Liv
     });
     Live {
         owned,
+        managed: label(LABEL_MANAGED_BY) == Some(MANAGED_BY_VALUE),
         digest: annotation(ANNOTATION_DIGEST).map(str::to_string),
         activations: annotation(ANNOTATION_ACTIVATIONS)
             .map(kix_api::labels::parse_activations)
@@ -387,6 +444,7 @@ fn to_live(meta: LeanMeta, resource: &Arc<ApiResource>, namespaced: bool) -> Liv
             .filter(|m| m.operation.as_deref() == Some("Apply"))
             .filter_map(|m| m.manager)
             .collect(),
+        cluster_labels: meta.labels.map(|l| l.prefixed).unwrap_or_default(),
         resource: Arc::clone(resource),
         namespaced,
         key,
@@ -417,7 +475,8 @@ mod tests {
     fn a_listed_object_keeps_kix_labels_and_annotations_only() {
         let item = r#"{"metadata": {
             "name": "cm", "namespace": "ns",
-            "labels": {"app": "x", "kix.run/owner": "ConfigMap.ns.cm", "k\u0069x.run/package": "p"},
+            "labels": {"app": "x", "kix.run/owner": "ConfigMap.ns.cm", "k\u0069x.run/package": "p",
+                       "cluster.kix.run/c": "true", "cluster.kix.run/d": "true"},
             "annotations": {"kix.run/digest": "d1", "big": "a long value", "kix.run/activations": "c-1,c-2",
                             "kix.run/prune": null},
             "managedFields": [{"manager": "kix-c", "operation": "Apply", "fieldsV1": {"f:data": {}}}]
@@ -443,6 +502,8 @@ mod tests {
         assert_eq!(live.digest.as_deref(), Some("d1"));
         assert_eq!(live.activations.len(), 2);
         assert_eq!(live.appliers, ["kix-c"]);
+        assert!(live.labelled_for("c") && live.labelled_for("d"));
+        assert!(!live.labelled_for("e"));
         assert_eq!(live.api_version(), "v1");
     }
 

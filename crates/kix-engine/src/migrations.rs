@@ -486,7 +486,8 @@ async fn adopt(
         .find(|d| &d.key == key)
         .map_or(m.package.as_str(), |d| d.package.as_str());
     let patch = json!({"metadata": {
-        "labels": {LABEL_MANAGED_BY: MANAGED_BY_VALUE, LABEL_PACKAGE: package, LABEL_OWNER: owner},
+        "labels": {LABEL_MANAGED_BY: MANAGED_BY_VALUE, LABEL_PACKAGE: package, LABEL_OWNER: owner,
+                   kix_api::labels::cluster_label(&plan.cluster): kix_api::labels::CLUSTER_LABEL_VALUE},
         "annotations": {ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&activations)},
     }});
     let params = PatchParams {

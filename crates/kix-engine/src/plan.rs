@@ -1,7 +1,8 @@
 //! The plan: what a deploy of a build would do to the live cluster, object by
 //! object. A value: `kix plan` prints it, `kix deploy` executes it.
 //!
-//! Reads only: one LIST per kind (metadata, kix's label selector), discovery,
+//! Reads only: one LIST per kind (metadata, the Kix cluster's label
+//! selector: its own objects, never every object kix manages), discovery,
 //! and a server-side dry-run apply for the objects whose content changed.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,7 +16,7 @@ use serde_json::Value;
 
 pub use crate::plan_object::{
     Action, Counts, NOTE_DRIFTED, NOTE_NO_PERMISSION, NOTE_PRUNE_DISABLED, NOTE_RECREATED,
-    NOTE_SHARED, PackagePlan, PlanOptions, PlannedObject,
+    NOTE_SHARED, NOTE_UNLABELLED, PackagePlan, PlanOptions, PlannedObject,
 };
 pub use crate::plan_value::Plan;
 
@@ -68,6 +69,9 @@ pub async fn plan(
 pub struct Prefetched {
     cluster: String,
     scoped: bool,
+    /// Whether the cluster's objects are listed by its label
+    /// ([`records::objects_labelled`]).
+    labelled: bool,
     kix_crds: CrdState,
     all_records: Vec<Activation>,
     resources: Resources,
@@ -90,10 +94,13 @@ impl Prefetched {
         let mine = records::of_cluster(&all_records, cluster);
         let recorded = recorded_kinds(&mine, &mut resources).await?;
         let scoped = options.only.is_some();
-        let early = (!scoped).then(|| list_early(client, &recorded));
+        let labelled = records::objects_labelled(&all_records, cluster);
+        let selector = objects_selector(cluster, labelled);
+        let early = (!scoped).then(|| list_early(client, &recorded, &selector));
         Ok(Prefetched {
             cluster: cluster.to_string(),
             scoped,
+            labelled,
             kix_crds,
             all_records,
             resources,
@@ -124,13 +131,14 @@ pub async fn plan_prefetched(
         mut resources,
         recorded,
         early,
+        labelled,
         ..
     } = prefetched;
-    let ctx = Ctx::new(build, &all_records, options);
+    let ctx = Ctx::new(build, &all_records, options, labelled);
     let desired = desired_objects(build, &mut resources, Shapes::Skipped).await?;
     let observed = match &options.only {
         None => {
-            let early = early.unwrap_or_else(|| list_early(client, &recorded));
+            let early = early.unwrap_or_else(|| list_early(client, &recorded, &ctx.selector));
             observe(client, &desired, recorded, early, &ctx, options).await?
         }
         Some(only) => observe_only(client, &desired, &recorded, only, &ctx, options).await?,
@@ -177,6 +185,7 @@ pub async fn plan_prefetched(
         crd_upgrades,
         desired,
         options: options.clone(),
+        labelled: ctx.labelled,
         cluster: ctx.cluster,
         activation: ctx.activation,
     };
@@ -201,10 +210,19 @@ struct Ctx {
     activation: String,
     /// The Jobs that completed for this cluster ([`crate::health::completed`]).
     completed_jobs: crate::health::completed::CompletedJobs,
+    /// Whether the cluster's objects are listed by its label.
+    labelled: bool,
+    /// The label selector its objects are listed with ([`objects_selector`]).
+    selector: String,
 }
 
 impl Ctx {
-    fn new(build: &Build, all_records: &[Activation], options: &PlanOptions) -> Ctx {
+    fn new(
+        build: &Build,
+        all_records: &[Activation],
+        options: &PlanOptions,
+        labelled: bool,
+    ) -> Ctx {
         let cluster = build.cluster.as_str();
         let activation = options.activation.clone().unwrap_or_else(|| {
             Activation::name_for(cluster, records::next_sequence(all_records, cluster))
@@ -217,6 +235,8 @@ impl Ctx {
             owned: crate::claims::owned_namespaces(build),
             activation,
             completed_jobs: crate::health::completed::of_cluster(all_records, cluster),
+            labelled,
+            selector: objects_selector(cluster, labelled),
         }
     }
 
@@ -287,7 +307,7 @@ async fn observe(
             late.insert(kind, (d.resource.api.clone(), d.resource.namespaced));
         }
     }
-    let selector = kix_api::labels::managed_selector();
+    let selector = ctx.selector.clone();
     // A tenant bounded to its namespaces lists there what it may not list
     // cluster-wide: the build's namespaces.
     let namespaces: Vec<String> = desired
@@ -320,10 +340,22 @@ async fn observe(
         live.retain(|key, _| !late.keys().any(|(g, k)| *g == key.group && *k == key.kind));
     }
     live.extend(late_live);
-    let unlabelled = unlabelled_named(client, desired, &live).await?;
+    let mut unlabelled = unlabelled_named(client, desired, &live).await?;
+    if ctx.labelled {
+        // kix's objects without the cluster's label (shared with another
+        // Kix cluster, or the label removed): owned, as a wide LIST saw them.
+        let owned: Vec<ObjectKey> = unlabelled
+            .values()
+            .filter(|l| l.owned && l.managed)
+            .map(|l| l.key.clone())
+            .collect();
+        for key in owned {
+            live.extend(unlabelled.remove_entry(&key));
+        }
+    }
     // Reconcile mode reads the full live objects of the kinds it compares.
     let (full, drifted) = if options.reconcile {
-        fetch_full(client, desired, &live, &ctx.manager).await?
+        fetch_full(client, desired, &live, &ctx.manager, &ctx.selector).await?
     } else {
         Default::default()
     };
@@ -461,14 +493,12 @@ pub(crate) async fn recorded_kinds(
 /// handle stops it.
 type EarlyList = futures::future::RemoteHandle<Result<KeyMap<ObjectKey, Live>>>;
 
-fn list_early(client: &Client, kinds: &KindList) -> EarlyList {
+fn list_early(client: &Client, kinds: &KindList, selector: &str) -> EarlyList {
     let client = client.clone();
     let kinds: Vec<(kube::discovery::ApiResource, bool)> = kinds.values().cloned().collect();
-    let (listing, handle) = async move {
-        let selector = kix_api::labels::managed_selector();
-        list_kinds(&client, kinds, Some(&selector)).await
-    }
-    .remote_handle();
+    let selector = selector.to_string();
+    let (listing, handle) =
+        async move { list_kinds(&client, kinds, Some(&selector)).await }.remote_handle();
     tokio::spawn(listing);
     handle
 }
@@ -583,6 +613,9 @@ fn compare_owned(
     let cluster = &ctx.cluster;
     let mut note = None;
     let mine = l.activations.iter().any(|a| ctx.mine(a));
+    // Listed by the cluster's label, it must carry it: an object of an
+    // older kix gets it now (and a plan that listed wide, the last).
+    let unlabelled = !l.labelled_for(cluster);
     let same = l.digest.as_deref() == Some(d.digest.as_str()) && mine && l.deletion.is_none();
     let drifted = if options.reconcile && same {
         observed.drifted.get(&d.key).cloned().unwrap_or_default()
@@ -602,7 +635,10 @@ fn compare_owned(
     if legacy != Legacy::None && note.is_none() {
         note = Some(ownership::NOTE_TAKE_OVER.replace("<cluster>", cluster));
     }
-    let action = if same && !drift && legacy == Legacy::None {
+    if unlabelled && same && note.is_none() {
+        note = Some(NOTE_UNLABELLED.to_string());
+    }
+    let action = if same && !drift && legacy == Legacy::None && !unlabelled {
         Action::Unchanged
     } else {
         Action::Update
@@ -797,12 +833,28 @@ pub fn is_destructive(key: &ObjectKey) -> bool {
     )
 }
 
-/// The manifest as it is sent: with its activations annotation.
+/// The manifest as it is sent: with its activations annotation and its
+/// Kix cluster's label (neither in the digest: a Kix cluster sharing the
+/// object has the same).
 pub fn applied_manifest(d: &Desired, activations: &BTreeSet<String>) -> Value {
     let mut manifest = d.manifest();
     manifest["metadata"]["annotations"][kix_api::ANNOTATION_ACTIVATIONS] =
         Value::String(kix_api::labels::format_activations(activations));
+    manifest["metadata"]["labels"][kix_api::labels::cluster_label(&d.cluster)] =
+        Value::String(kix_api::labels::CLUSTER_LABEL_VALUE.into());
     manifest
+}
+
+/// The label selector a plan of `cluster` lists its objects with: its own
+/// label once every object of it carries it ([`records::objects_labelled`]);
+/// until then (a Kix cluster an older kix deployed) every object kix
+/// manages, once: that plan's deploy labels them.
+fn objects_selector(cluster: &str, labelled: bool) -> String {
+    if labelled {
+        kix_api::labels::cluster_objects_selector(cluster)
+    } else {
+        kix_api::labels::managed_selector()
+    }
 }
 
 pub fn api_for(client: &Client, d: &Desired) -> Api<DynamicObject> {
@@ -1000,12 +1052,13 @@ async fn read_live(
     }
 }
 
-/// Every object kix labels of `d`'s kind (in `namespace`, or everywhere),
-/// page by page, each given to `keep`.
+/// Every object of `d`'s kind `selector` selects (in `namespace`, or
+/// everywhere), page by page, each given to `keep`.
 async fn list_full(
     client: &Client,
     d: &Desired,
     namespace: Option<&str>,
+    selector: &str,
     keep: &mut impl FnMut(DynamicObject),
 ) -> Result<()> {
     let api: Api<DynamicObject> = match namespace {
@@ -1013,7 +1066,7 @@ async fn list_full(
         None => Api::all_with(client.clone(), &d.resource.api),
     };
     let mut params = kube::api::ListParams::default()
-        .labels(&kix_api::labels::managed_selector())
+        .labels(selector)
         .limit(FULL_PAGE);
     loop {
         let page = api
@@ -1023,6 +1076,7 @@ async fn list_full(
                 kind: d.key.kind.clone(),
                 source,
             })?;
+        crate::live::count_read(page.items.len());
         page.items.into_iter().for_each(&mut *keep);
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
@@ -1043,6 +1097,7 @@ async fn fetch_full(
     desired: &[Desired],
     live: &KeyMap<ObjectKey, Live>,
     manager: &str,
+    selector: &str,
 ) -> Result<(
     KeyMap<ObjectKey, Value>,
     KeyMap<ObjectKey, Vec<DriftedField>>,
@@ -1075,7 +1130,7 @@ async fn fetch_full(
                 keep_full(key, &obj, wanted, live, manager, &mut full, &mut drifted);
             }
         };
-        match list_full(client, d, None, &mut keep).await {
+        match list_full(client, d, None, selector, &mut keep).await {
             // A tenant bounded to its namespaces reads its objects there.
             Err(err) if d.resource.namespaced && err.is_forbidden() => {
                 let namespaces: BTreeSet<&str> = by_key
@@ -1084,7 +1139,7 @@ async fn fetch_full(
                     .filter_map(|o| o.key.namespace.as_deref())
                     .collect();
                 for namespace in namespaces {
-                    list_full(client, d, Some(namespace), &mut keep).await?;
+                    list_full(client, d, Some(namespace), selector, &mut keep).await?;
                 }
             }
             listed => listed?,

@@ -130,6 +130,9 @@ pub const NOTE_HELM_KEEP: &str = "annotated helm.sh/resource-policy: keep";
 pub const NOTE_DRIFTED: &str = "drifted from the build";
 /// A desired object still being deleted: the deploy waits, then creates it.
 pub const NOTE_RECREATED: &str = "created again once it is gone";
+/// An unchanged object without its Kix cluster's label (applied by an
+/// older kix): applied again, which adds it.
+pub const NOTE_UNLABELLED: &str = "its Kix cluster's label (cluster.kix.run/<cluster>) is added: kix finds a Kix cluster's objects by it";
 
 impl PlannedObject {
     /// `--reconcile` found the live object drifted from its unchanged build.

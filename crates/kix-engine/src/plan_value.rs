@@ -55,6 +55,11 @@ pub struct Plan {
     pub desired: Vec<Desired>,
     /// The options it was planned with: an executor re-plans with them.
     pub options: PlanOptions,
+    /// Whether the live objects were listed by the Kix cluster's label
+    /// ([`crate::records::objects_labelled`]): a deploy of the plan keeps
+    /// every object of the cluster labelled.
+    #[serde(skip)]
+    pub labelled: bool,
 }
 
 impl Plan {

@@ -243,10 +243,14 @@ async fn prune_one<'a>(
             Err(e) => Err(crate::error::api_message(&e)),
         }
     } else {
-        // Shared: only this cluster's entry leaves the annotation.
-        let patch = serde_json::json!({"metadata": {"annotations": {
-            kix_api::ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&o.activations)
-        }}});
+        // Shared: only this cluster's entry leaves the annotation, and its
+        // label the object.
+        let patch = serde_json::json!({"metadata": {
+            "annotations": {
+                kix_api::ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&o.activations)
+            },
+            "labels": {kix_api::labels::cluster_label(cluster): null},
+        }});
         let params = PatchParams {
             field_manager: Some(kix_api::field_manager(cluster)),
             ..Default::default()

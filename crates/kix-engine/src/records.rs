@@ -39,6 +39,44 @@ pub fn current<'a>(records: &'a [Activation], cluster: &str) -> Option<&'a Activ
         .find(|r| !matches!(r.phase(), Some(Phase::Superseded | Phase::Failed)))
 }
 
+/// Whether every object of `cluster` carries its Kix cluster's label
+/// ([`kix_api::labels::cluster_label`]), so a plan lists by it: the newest
+/// record a deploy started (any phase past Pending) says so
+/// ([`kix_api::labels::CONDITION_OBJECTS_LABELLED`]), or no deploy of the
+/// cluster started yet. A record an older kix applied does not say so: the
+/// next plan lists every object kix manages, and its deploy labels them.
+pub fn objects_labelled(records: &[Activation], cluster: &str) -> bool {
+    of_cluster(records, cluster)
+        .into_iter()
+        .rev()
+        .find(|r| !matches!(r.phase(), None | Some(Phase::Pending)))
+        .is_none_or(|r| {
+            r.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == kix_api::labels::CONDITION_OBJECTS_LABELLED)
+            })
+        })
+}
+
+/// Says on `status` that every object of `cluster` carries its label
+/// ([`objects_labelled`]).
+pub fn say_objects_labelled(status: &mut kix_api::ActivationStatus, cluster: &str) {
+    let type_ = kix_api::labels::CONDITION_OBJECTS_LABELLED;
+    if status.conditions.iter().any(|c| c.type_ == type_) {
+        return;
+    }
+    let label = kix_api::labels::cluster_label(cluster);
+    status.conditions.push(Condition {
+        type_: type_.to_string(),
+        status: "True".into(),
+        reason: "Labelled".into(),
+        message: format!("every object of Kix cluster {cluster} carries the label {label}"),
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+        observed_generation: None,
+    });
+}
+
 /// The cluster's applied activation: the newest record that is Active or
 /// Degraded, the one whose build is live. A newer record still Pending or
 /// Applying is not it yet.

@@ -211,9 +211,15 @@ async fn release_one(
         .cloned()
         .collect();
     let annotate = |value: BTreeSet<String>| {
-        let patch = serde_json::json!({"metadata": {"annotations": {
-            ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&value)
-        }}});
+        // Left to other Kix clusters, it loses this cluster's label.
+        let still_mine = value
+            .iter()
+            .any(|a| belongs_to(a, cluster, released.clusters));
+        let label = still_mine.then_some(kix_api::labels::CLUSTER_LABEL_VALUE);
+        let patch = serde_json::json!({"metadata": {
+            "annotations": {ANNOTATION_ACTIVATIONS: kix_api::labels::format_activations(&value)},
+            "labels": {kix_api::labels::cluster_label(cluster): label},
+        }});
         let api = api.clone();
         let name = l.key.name.clone();
         let manager = kix_api::field_manager(cluster);

@@ -120,6 +120,18 @@ impl Metrics {
             let _ = writeln!(out, "# TYPE {name} gauge");
             let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
         }
+        // What the plans read grows with the objects each record's LISTs
+        // select: its own, never every object kix manages.
+        let _ = writeln!(
+            out,
+            "# HELP kix_operator_objects_listed_total Objects read by the LISTs of the records' plans."
+        );
+        let _ = writeln!(out, "# TYPE kix_operator_objects_listed_total counter");
+        let _ = writeln!(
+            out,
+            "kix_operator_objects_listed_total {}",
+            kix_engine::live::objects_read()
+        );
         let _ = writeln!(
             out,
             "# HELP kix_operator_errors_total Reconcile errors by reason."
