@@ -14,10 +14,17 @@
 # `render` runs the real `helm template` in a build and returns a package
 # fragment for `packages.<p>`:
 #
-#   { manifests = [ <rendered> ]; namespace = <namespace>; version = <chart version, when known>; }
+#   { manifests = [ <rendered> ]; namespace = <namespace>; version = <chart version, when fetched>;
+#     source = { helm = { chart; version; repo?; }; }; }
 #
 # so `packages.web = kix.lib.helm.render { ... } // { version = "1.2.0"; };`
 # completes it (`dependsOn`, `health`, ... may be added the same way).
+# `source` names the chart and its version (and the repository, when it
+# came from `fetch`) for `kix build` and `kix validate` to show: taken from
+# `fetch`'s result, from a chart directory's Chart.yaml (its top-level
+# `name:` and `version:` lines), or from a `<chart>-<version>.tgz` file
+# name; left out when `chart` is some other derivation (reading it would
+# need a build during evaluation).
 # The rendered directory is helm's own `--output-dir` layout,
 # `<chart>/templates/...`, `<chart>/crds/...` (with `includeCRDs`) and
 # `<chart>/charts/<subchart>/...`; every hook is there with its
@@ -49,12 +56,18 @@
 let
   inherit (builtins)
     all
+    concatMap
     concatStringsSep
+    filter
+    head
     isAttrs
     isBool
     isList
     isString
     match
+    pathExists
+    readFile
+    split
     toJSON
     ;
 
@@ -77,6 +90,59 @@ let
     export HELM_CACHE_HOME="$HOME/cache" HELM_CONFIG_HOME="$HOME/config" HELM_DATA_HOME="$HOME/data"
     mkdir -p "$HOME"
   '';
+
+  # The first top-level `field: value` line of a Chart.yaml (quotes and a
+  # trailing comment dropped); null when there is none.
+  chartYamlField =
+    text: field:
+    let
+      lines = filter isString (split "\n" text);
+      valueOf = line: match "${field}:[[:space:]]*[\"']?([^\"'#[:space:]]+)[\"']?[[:space:]]*(#.*)?\r?" line;
+      values = concatMap (line: let m = valueOf line; in if m == null then [ ] else [ (head m) ]) lines;
+    in
+    if values == [ ] then null else head values;
+
+  # What `source.helm` says of a chart: from fetch's result, a chart
+  # directory's Chart.yaml or a `<chart>-<version>.tgz` name; null when
+  # none of them tells.
+  chartSource =
+    chart:
+    let
+      local =
+        if builtins.isPath chart then
+          chart
+        else if isString chart && !(builtins.hasContext chart) && builtins.substring 0 1 chart == "/" then
+          /. + chart
+        else
+          null;
+      chartYaml = if local == null then null else local + "/Chart.yaml";
+      fromYaml =
+        let
+          text = readFile chartYaml;
+          name = chartYamlField text "name";
+          version = chartYamlField text "version";
+        in
+        if name == null || version == null then null else { chart = name; inherit version; };
+      fromArchive =
+        let
+          m = match "(.+)-(v?[0-9]+\\.[0-9]+\\.[0-9]+[^/]*)\\.tgz" (baseNameOf (toString local));
+        in
+        if m == null then
+          null
+        else
+          {
+            chart = head m;
+            version = builtins.elemAt m 1;
+          };
+    in
+    if isAttrs chart && chart ? chart && chart ? version then
+      { inherit (chart) chart version; } // (if chart ? repo then { inherit (chart) repo; } else { })
+    else if local == null then
+      null
+    else if pathExists chartYaml then
+      fromYaml
+    else
+      fromArchive;
 
   fetch =
     {
@@ -120,7 +186,7 @@ let
       (isString repo && match "(https?|oci)://[^[:space:]]+" repo != null || fail "`repo` must be an http(s):// chart repository or an oci:// registry path, got ${describeValue repo}")
       (isString version && version != "" || fail "`version` must be the chart version (a non-empty string), got ${describeValue version}")
       (isHash hash || fail "`hash` must be the SRI sha256 of the chart archive (\"sha256-...=\"), got ${describeValue hash}")
-    ] (archive // { inherit chart version; });
+    ] (archive // { inherit chart version repo; });
 
   render =
     {
@@ -178,6 +244,12 @@ let
         inherit namespace;
       }
       // (if isAttrs chart && chart ? version then { inherit (chart) version; } else { })
+      // (
+        let
+          known = chartSource chart;
+        in
+        if known == null then { } else { source.helm = known; }
+      )
     );
 in
 {

@@ -4,11 +4,15 @@
 # kustomization.yaml: a path, an absolute path string or a derivation) in a
 # build and returns a package fragment for `packages.<p>`:
 #
-#   { manifests = [ <built> ]; }
+#   { manifests = [ <built> ]; source = { kustomize = { path = <overlay>; }; }; }
 #
 # where <built> is a directory holding `kustomize build`'s output as one
-# multi-document YAML file, `kustomize-build.yaml`. Complete it with the
-# package's own attributes:
+# multi-document YAML file, `kustomize-build.yaml`, and <overlay> names the
+# overlay as it lies in the store, for `kix build` and `kix validate` to
+# show: the copied directory's name and the path under it
+# (`"${./k8s}/overlays/prod"` is `k8s/overlays/prod`; `./overlays/prod` is
+# `prod`), so the build does not depend on where the checkout is. Complete
+# it with the package's own attributes:
 #
 #   packages.web = kix.lib.kustomize.build { inherit pkgs; path = ./overlays/prod; } // { version = "1.2.0"; };
 #
@@ -44,6 +48,12 @@ let
           fail "`path` must be a directory (a path, an absolute path string or a derivation), got ${describeValue path}";
       # The overlay's directory name, without the store path it may be in.
       name = builtins.unsafeDiscardStringContext (builtins.baseNameOf (toString path));
+      # In the store: `<name>/<path under it>`; else the directory's name,
+      # which is what it is copied as.
+      inStore = match "${builtins.storeDir}/[0-9a-df-np-sv-z]{32}-(.+)" (
+        builtins.unsafeDiscardStringContext (toString path)
+      );
+      shownPath = if inStore == null then name else builtins.head inStore;
       built = pkgs.runCommand "kustomize-${if match "[A-Za-z0-9._+-]+" name != null then name else "overlay"}" {
         preferLocalBuild = true;
         allowSubstitutes = false;
@@ -55,7 +65,10 @@ let
       '';
     in
     # The path is checked as soon as the fragment is looked at.
-    builtins.seq source { manifests = [ built ]; };
+    builtins.seq source {
+      manifests = [ built ];
+      source.kustomize.path = shownPath;
+    };
 in
 {
   inherit build;

@@ -9,7 +9,7 @@
 # returns a derivation whose output is a format-1 manifest tree:
 #
 #   kix.json                                  {"format":1,"cluster":name,"packages":[...],"settings":{...},"health"?:[...]}
-#   packages/<package>/package.json           {"name","version","dependsOn","namespace"?,"migrations","handoff"?,"health"?}
+#   packages/<package>/package.json           {"name","version","dependsOn","namespace"?,"migrations","handoff"?,"health"?,"source"?}
 #   packages/<package>/resources/NNN-<kind>-<name>.json    one per Nix attrset in `resources`
 #   packages/<package>/resources/manifests/NNN-<basename>  each of `manifests` (file or directory)
 #   packages/<package>/secrets/NNN-<basename>  each of `secrets` (SOPS-encrypted, copied as it is)
@@ -27,7 +27,13 @@
 #     secrets = [ ./db.sops.yaml ];  # SOPS-encrypted files (age): only ciphertext in the store
 #     allowPlaintextSecrets = false; # true: plain Secrets among `resources`/`manifests` are allowed
 #     health = [ { group = "example.com"; kind = "Widget"; current = "status.phase == 'Running'"; } ];
+#     source = { helm = { chart = "web"; version = "0.4.0"; repo = "https://charts.example.com"; }; };
 #   };
+#
+# `source` says where the package came from, for `kix build` and `kix
+# validate` to show: `{ helm = { chart; version; repo ? null; }; }` or
+# `{ kustomize = { path; }; }`. kix.lib.helm.render and
+# kix.lib.kustomize.build set it; nothing else depends on it.
 #
 # `health` (on the cluster and on each package): CEL health rules, each
 # `{ group ? ""; kind; version ? null; name ? null; current ? null;
@@ -110,6 +116,7 @@ let
     "health"
     "secrets"
     "allowPlaintextSecrets"
+    "source"
   ];
 
   # A health rule: CEL expressions judging one kind (kix-health's RuleSpec).
@@ -340,6 +347,26 @@ let
           health = p.health or [ ];
           secrets = p.secrets or [ ];
           allowPlaintextSecrets = p.allowPlaintextSecrets or false;
+          source = p.source or null;
+
+          # { helm = { chart; version; repo ? null; }; } or { kustomize = { path; }; }
+          checkSource =
+            let
+              f = msg: pfail "`source`: ${msg}";
+              kinds = if isAttrs source then attrNames source else [ ];
+              kind = head kinds;
+              fields = source.${kind};
+              known = if kind == "helm" then [ "chart" "version" "repo" ] else [ "path" ];
+              required = if kind == "helm" then [ "chart" "version" ] else [ "path" ];
+              unknown = filter (a: !(elem a known)) (attrNames fields);
+              text = a: isString fields.${a} && fields.${a} != "" || f "`${kind}.${a}` must be a non-empty string, got ${describeValue fields.${a}}";
+            in
+            source == null
+            || (kinds == [ "helm" ] || kinds == [ "kustomize" ] || f "must be { helm = { chart; version; repo ? null; }; } or { kustomize = { path; }; }, got ${describeValue source}")
+            && (isAttrs fields || f "`${kind}` must be an attrset, got ${describeValue fields}")
+            && (unknown == [ ] || f "unknown attribute(s) ${quoteList unknown} of `${kind}` (known: ${quoteList known})")
+            && all (a: fields ? ${a} || f "`${kind}.${a}` is missing") required
+            && all text (filter (a: fields ? ${a} && fields.${a} != null) known);
 
           describeResource =
             i: r:
@@ -529,6 +556,7 @@ let
             (isList secrets || pfail "`secrets` must be a list of SOPS-encrypted files")
             (all (x: x) (imap0 checkSecret secrets))
             (builtins.isBool allowPlaintextSecrets || pfail "`allowPlaintextSecrets` must be a boolean, got ${describeValue allowPlaintextSecrets}")
+            checkSource
           ];
         in
         checkAll checks {
@@ -544,6 +572,7 @@ let
             health
             secrets
             allowPlaintextSecrets
+            source
             ;
         };
 
@@ -699,6 +728,7 @@ let
           // (if p.handoff == [ ] then { } else { inherit (p) handoff; })
           // (if p.health == [ ] then { } else { health = healthJson p.health; })
           // (if p.allowPlaintextSecrets then { inherit (p) allowPlaintextSecrets; } else { })
+          // (if p.source == null then { } else { source = builtins.mapAttrs (_: removeNulls) p.source; })
         );
 
       width = count: if count > 1000 then stringLength (toString (count - 1)) else 3;

@@ -1,4 +1,5 @@
-# Calls of kix.lib.helm and kix.lib.kustomize that must fail evaluation, each
+# Calls of kix.lib.helm and kix.lib.kustomize (and a package `source`, which
+# they set) that must fail evaluation, each
 # with the substrings its error message must contain. eval.nix checks that
 # each one throws; crates/kix-cli/tests/charts.rs checks the messages.
 {
@@ -63,5 +64,21 @@ in
         inherit pkgs;
         path = "overlays/prod";
         kustomize = "/bin/true";
+      });
+
+  # `source` (which render and build set) is checked like any attribute.
+  packageSourceWithoutVersion =
+    case
+      [
+        "package \"web\""
+        "`source`: `helm.version` is missing"
+      ]
+      (kix.mkCluster {
+        inherit pkgs;
+        name = "prod";
+        packages.web = {
+          version = "1";
+          source.helm.chart = "web";
+        };
       });
 }

@@ -37,6 +37,14 @@ let
     metadata.name = name;
   };
   orderOf = packages: (mk { inherit packages; }).packageOrder;
+  renderSource =
+    chart:
+    (kix.helm.render {
+      inherit pkgs chart;
+      releaseName = "r";
+      namespace = "n";
+      helm = "/bin/true";
+    }).source.helm;
   # The builder script (host-tools puts it in `kixScript`) contains `s`.
   scriptHas = drv: s: length (split s drv.kixScript) > 1;
 
@@ -118,6 +126,7 @@ let
       health = [ ];
       secrets = [ ];
       allowPlaintextSecrets = false;
+      source = null;
     } (removeAttrs clusters.minimal.packages.app [ "resources" ]);
     # Encrypted files are copied into packages/<p>/secrets/ as they are;
     # allowPlaintextSecrets reaches package.json only when true.
@@ -158,6 +167,56 @@ let
       };
     }).kix_p0).handoff;
     noHandoffNoKey = eq false ((fromJSON clusters.basic.kix_p0) ? handoff);
+    # `source` reaches package.json, null fields left out; none: no key.
+    sourceInPackageJson =
+      eq
+        {
+          helm = {
+            chart = "web";
+            version = "0.4.0";
+          };
+        }
+        (fromJSON (mk {
+          packages.p = {
+            version = "1";
+            source.helm = {
+              chart = "web";
+              version = "0.4.0";
+              repo = null;
+            };
+          };
+        }).kix_p0).source;
+    noSourceNoKey = eq false ((fromJSON clusters.basic.kix_p0) ? source);
+    # What kix.lib.helm.render records of its chart, without a build: a
+    # directory's Chart.yaml (top-level lines only), a <chart>-<version>.tgz
+    # name, fetch's result with its repository.
+    helmSourceFromChartYaml = eq {
+      chart = "web-app";
+      version = "1.2.0-rc.1";
+    } (renderSource ./fixtures/chart-meta);
+    helmSourceFromArchiveName = eq {
+      chart = "cert-manager";
+      version = "v1.16.2";
+    } (renderSource "/srv/charts/cert-manager-v1.16.2.tgz");
+    helmSourceFromFetch =
+      eq
+        {
+          chart = "ingress-nginx";
+          version = "4.11.3";
+          repo = "https://kubernetes.github.io/ingress-nginx";
+        }
+        (renderSource {
+          outPath = "/nix/store/00000000000000000000000000000000-ingress-nginx-4.11.3.tgz";
+          chart = "ingress-nginx";
+          version = "4.11.3";
+          repo = "https://kubernetes.github.io/ingress-nginx";
+        });
+    # An overlay by its directory in the store and the path under it.
+    kustomizeSourceInStore = eq "manifests-dir/overlays/prod" (kix.kustomize.build {
+      inherit pkgs;
+      path = "${./fixtures/manifests-dir}/overlays/prod";
+      kustomize = "/bin/true";
+    }).source.kustomize.path;
     # Health rules: the cluster's in kix.json, a package's in its
     # package.json; null attributes left out, none at all: no key.
     healthInKixJson = eq [

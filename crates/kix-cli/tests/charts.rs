@@ -350,6 +350,76 @@ fn built_overlays_equal_kustomize_build() {
     }
 }
 
+/// `kix ARGS --path PATH` offline (no cluster, no Nix build).
+fn kix_offline(args: &[&str], path: &str) -> Run {
+    run(Command::new(common::kix_bin())
+        .args(args)
+        .args(["--path", path])
+        .env("NO_COLOR", "1")
+        .env_remove("KIX_LOG"))
+}
+
+/// #47, 6: `kix build` and `kix validate` say which package came from which
+/// chart and version (or overlay), as kix.lib.helm.render and
+/// kix.lib.kustomize.build recorded it in package.json.
+#[test]
+fn build_and_validate_name_each_packages_chart_or_overlay() {
+    let paths = build(&["hookdemo-default", "kustomize-prod"]);
+    let (chart, overlay) = (paths[0].as_str(), paths[1].as_str());
+    let objects = read_build(chart).objects.len();
+
+    let text = succeeded(
+        "kix build (text)",
+        kix_offline(&["build", "hookdemo-default"], chart),
+    );
+    let line = format!(
+        "  hookdemo-default  1  {objects} objects, 1 Helm test hook (not deployed); from Helm chart hookdemo 0.3.1\n"
+    );
+    assert!(
+        text.contains(&line),
+        "the package's line {line:?} in:\n{text}"
+    );
+    let json = succeeded(
+        "kix build -o json",
+        kix_offline(&["build", "hookdemo-default", "-o", "json"], chart),
+    );
+    let json: Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(
+        json["packages"][0]["source"],
+        serde_json::json!({"helm": {"chart": "hookdemo", "version": "0.3.1"}}),
+        "{json}"
+    );
+    let validated = succeeded("kix validate", kix_offline(&["validate"], chart));
+    let line = format!(
+        "package hookdemo-default 1 (Helm chart hookdemo 0.3.1): {objects} object(s) valid\n"
+    );
+    assert!(validated.contains(&line), "{line:?} in:\n{validated}");
+    let report = succeeded(
+        "kix validate -o json",
+        kix_offline(&["validate", "-o", "json"], chart),
+    );
+    let report: Value = serde_json::from_str(&report).expect("JSON");
+    assert_eq!(
+        report["packages"][0]["source"]["helm"]["chart"], "hookdemo",
+        "{report}"
+    );
+
+    let text = succeeded(
+        "kix build of the overlay",
+        kix_offline(&["build", "kustomize-prod"], overlay),
+    );
+    assert!(
+        text.contains("; from Kustomize overlay kustomize/overlays/prod\n"),
+        "{text}"
+    );
+    let validated = succeeded("kix validate", kix_offline(&["validate"], overlay));
+    assert!(
+        validated
+            .contains("package kustomize-prod 1 (Kustomize overlay kustomize/overlays/prod): "),
+        "{validated}"
+    );
+}
+
 /// `helm` run directly, with its caches in `scratch`.
 fn helm(scratch: &Path) -> Command {
     let home = scratch.join("home");
@@ -432,6 +502,23 @@ fn fetch_pins_a_chart_archive_from_a_repository() {
         std::fs::read_to_string(Path::new(built.trim()).join("packages/certs/package.json"))
             .expect("package.json");
     assert!(package.contains("\"version\":\"1.16.2\""), "{package}");
+    let source: Value = serde_json::from_str::<Value>(&package).expect("JSON")["source"].clone();
+    assert_eq!(
+        source,
+        serde_json::json!({"helm": {"chart": "certwarden", "version": "1.16.2", "repo": server.url}}),
+        "the chart, its version and repository recorded"
+    );
+    let summary = succeeded(
+        "kix build of the fetched chart",
+        kix_offline(&["build", "fetched"], built.trim()),
+    );
+    assert!(
+        summary.contains(&format!(
+            "; from Helm chart certwarden 1.16.2 ({})\n",
+            server.url
+        )),
+        "{summary}"
+    );
     let direct = succeeded(
         "helm template of the archive",
         run(helm(scratch.path())

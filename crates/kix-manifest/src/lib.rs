@@ -18,6 +18,7 @@
 //!   JSON values: `value.rs`, `node.rs`; server-set fields: `decode.rs`.
 //! - An object's identity and digest: `object.rs`; kinds' ranks and scopes:
 //!   `kinds.rs`; migrations: `migration.rs`; handoff rules: `handoff.rs`;
+//!   a package's chart or overlay: `source.rs`;
 //!   encrypted Secrets' files: `secrets.rs`.
 //! - Nothing here decides whether a change may happen: that is a gate of
 //!   the engine (`kix_engine::gates`).
@@ -39,6 +40,7 @@ pub mod published;
 mod range;
 mod scalar;
 pub mod secrets;
+mod source;
 mod store_path;
 pub mod tree;
 mod value;
@@ -58,6 +60,7 @@ pub use object::{
 };
 pub use published::DroppedFields;
 pub use range::{Bound, VersionRange};
+pub use source::{HelmSource, KustomizeSource, PackageSource, SourceText};
 pub use store_path::{
     HASH_LEN, MAX_NAME_LEN, NIXBASE32_ALPHABET, STORE_DIR, StorePath, StorePathError,
 };

@@ -3,7 +3,7 @@
 //! ```text
 //! <root>/
 //!   kix.json                         {"format":1,"cluster":"prod","packages":["db","web"],"settings":{...}}
-//!   packages/<package>/package.json  {"name","version","dependsOn":[...],"namespace"?,"migrations":[...],"handoff"?:[...]}
+//!   packages/<package>/package.json  {"name","version","dependsOn":[...],"namespace"?,"migrations":[...],"handoff"?:[...],"source"?:{...}}
 //!   packages/<package>/resources/**  *.json, *.yaml, *.yml
 //!   packages/<package>/secrets/*     SOPS-encrypted files (age), opaque
 //! ```
@@ -15,6 +15,9 @@
 //!   any other setting is kept in [`Settings::extra`]. `health` lists CEL
 //!   health rules ([`kix_health::RuleSpec`]); a `package.json` may too. Every
 //!   rule is compiled while the tree is read ([`Build::health`]).
+//! * `source` in `package.json` (optional) says which Helm chart or
+//!   Kustomize overlay the package came from ([`PackageSource`],
+//!   [`Build::sources`]); trees without it read as before.
 //! * Every listed package has a directory `packages/<name>/` with a
 //!   `package.json` whose `name` is the directory's name, and every directory
 //!   under `packages/` is listed. Other files in `packages/` are ignored.
@@ -72,6 +75,7 @@ use crate::migration::{ActionKind, Migration};
 use crate::object::{KeyMap, Object, ObjectKey, ObjectKeyError, group_of};
 use crate::published::DroppedFields;
 use crate::range::VersionRange;
+use crate::source::PackageSource;
 use crate::store_path::STORE_DIR;
 use crate::value::json_text_at_most;
 use crate::walk::{EntryKind, walk};
@@ -153,6 +157,10 @@ pub struct Build {
     /// The packages that allow plain Secrets among their resources.
     #[serde(skip_serializing_if = "BTreeSet::is_empty")]
     pub plaintext_secrets_allowed: BTreeSet<String>,
+    /// Where packages came from (`source` in `package.json`), by package
+    /// name: only those that say.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: BTreeMap<String, PackageSource>,
     /// Whether [`Build::secrets`] were decrypted into their packages'
     /// objects (the reader had age identities).
     #[serde(skip)]
@@ -421,6 +429,8 @@ struct PackageJson {
     health: Vec<kix_health::RuleSpec>,
     #[serde(default)]
     allow_plaintext_secrets: bool,
+    #[serde(default)]
+    source: Option<PackageSource>,
 }
 
 // ---- the reader ------------------------------------------------------------
@@ -463,7 +473,7 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
     // give the namespace that the objects of their resource files default
     // to; reading stops at the first bad one, since no package after it is
     // reached. Its error is returned in its turn, below.
-    let (metas, meta_error) = reader.read_package_jsons(&dirs);
+    let (mut metas, meta_error) = reader.read_package_jsons(&dirs);
     // The resource files to parse, in the order they are checked.
     let jobs: Vec<Job> = metas
         .iter()
@@ -528,6 +538,10 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
         .filter(|m| m.allow_plaintext_secrets)
         .map(|m| m.name.clone())
         .collect();
+    let sources = metas
+        .iter_mut()
+        .filter_map(|m| Some((m.name.clone(), m.source.take()?)))
+        .collect();
     let mut packages = into_packages(metas, package_objects)?;
 
     let order = dependency_order(&packages)?;
@@ -562,6 +576,7 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
         packages,
         secrets,
         plaintext_secrets_allowed,
+        sources,
         secrets_decrypted,
         secret_digest_keys,
     })

@@ -39,7 +39,7 @@ mod schema;
 
 pub use catalogue::{Catalogue, CatalogueError, DEFAULT_KUBERNETES_VERSION, supported_versions};
 pub use check::{Problem, Violation};
-pub use report::{Finding, Report, Unchecked, kubernetes_version_of, validate_build};
+pub use report::{Finding, PackageCheck, Report, Unchecked, kubernetes_version_of, validate_build};
 pub use schema::SchemaError;
 
 use std::collections::HashMap;

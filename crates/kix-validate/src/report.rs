@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::PathBuf;
 
-use kix_manifest::{Build, Object};
+use kix_manifest::{Build, Object, PackageSource};
 use serde::Serialize;
 
 use crate::catalogue::{Catalogue, CatalogueError, DEFAULT_KUBERNETES_VERSION};
@@ -24,6 +24,8 @@ pub fn kubernetes_version_of(build: &Build) -> Option<&str> {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Finding {
+    /// The package the object belongs to.
+    pub package: String,
     /// The resource file, relative to the tree root.
     pub file: PathBuf,
     /// Its document in the file, from 1.
@@ -96,9 +98,41 @@ pub struct Report {
     pub objects: usize,
     /// Custom resource kinds the build defines (one per CRD version).
     pub custom_kinds: usize,
+    /// In dependency order.
+    pub packages: Vec<PackageCheck>,
     /// By file, then document.
     pub findings: Vec<Finding>,
     pub unchecked: Vec<Unchecked>,
+}
+
+/// One package of a validated build: where it came from and how it fared.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PackageCheck {
+    pub name: String,
+    pub version: String,
+    /// The Helm chart or Kustomize overlay it came from, when the build
+    /// says (`source` in `package.json`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<PackageSource>,
+    pub objects: usize,
+    /// How many of the report's findings are in this package.
+    pub findings: usize,
+}
+
+/// `certs (Helm chart cert-manager v1.16.2): 12 object(s) valid`,
+/// `... : 2 schema error(s) in 12 object(s)`.
+impl fmt::Display for PackageCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.name, self.version)?;
+        if let Some(source) = &self.source {
+            write!(f, " ({source})")?;
+        }
+        match self.findings {
+            0 => write!(f, ": {} object(s) valid", self.objects),
+            n => write!(f, ": {n} schema error(s) in {} object(s)", self.objects),
+        }
+    }
 }
 
 impl Report {
@@ -119,14 +153,14 @@ pub fn validate_build(build: &Build, version: Option<&str>) -> Result<Report, Ca
     let mut findings = Vec::new();
     let mut lines = Lines::default();
     for error in crd_errors {
-        if let Some(crd) = build.objects().find(|o| {
+        if let Some((package, crd)) = objects_of(build).find(|(_, o)| {
             o.key.group_kind() == kix_manifest::group_kind::CUSTOM_RESOURCE_DEFINITION
                 && o.key.name == error.crd
         }) {
             findings.push(finding(
                 &mut lines,
                 build,
-                crd,
+                (package, crd),
                 format!(
                     "spec.versions[{}].schema.{}",
                     error.version, error.source.path
@@ -137,13 +171,19 @@ pub fn validate_build(build: &Build, version: Option<&str>) -> Result<Report, Ca
     }
     let mut unknown: BTreeMap<String, usize> = BTreeMap::new();
     let mut cel: BTreeMap<(String, usize), usize> = BTreeMap::new();
-    for object in build.objects() {
+    for (package, object) in objects_of(build) {
         let manifest = object.manifest();
         match validator.validate(&manifest) {
             Outcome::Checked(violations) => {
                 for v in violations {
                     let message = v.problem.to_string();
-                    findings.push(finding(&mut lines, build, object, v.path, message));
+                    findings.push(finding(
+                        &mut lines,
+                        build,
+                        (package, object),
+                        v.path,
+                        message,
+                    ));
                 }
                 if let Some((crd, rules)) = validator.rules_of(&manifest) {
                     *cel.entry((crd.to_owned(), rules)).or_default() += 1;
@@ -174,19 +214,40 @@ pub fn validate_build(build: &Build, version: Option<&str>) -> Result<Report, Ca
         kubernetes_version: catalogue.version().to_owned(),
         objects: build.object_count(),
         custom_kinds: validator.custom_kind_count(),
+        packages: package_checks(build, &findings),
         findings,
         unchecked,
     })
 }
 
+/// Every object with the name of its package.
+fn objects_of(build: &Build) -> impl Iterator<Item = (&str, &Object)> {
+    (build.packages.iter()).flat_map(|p| p.objects.iter().map(move |o| (p.name.as_str(), o)))
+}
+
+fn package_checks(build: &Build, findings: &[Finding]) -> Vec<PackageCheck> {
+    build
+        .packages
+        .iter()
+        .map(|p| PackageCheck {
+            name: p.name.clone(),
+            version: p.version.clone(),
+            source: build.sources.get(&p.name).cloned(),
+            objects: p.objects.len(),
+            findings: findings.iter().filter(|f| f.package == p.name).count(),
+        })
+        .collect()
+}
+
 fn finding(
     lines: &mut Lines,
     build: &Build,
-    object: &Object,
+    (package, object): (&str, &Object),
     path: String,
     message: String,
 ) -> Finding {
     Finding {
+        package: package.to_owned(),
         file: object.source.clone(),
         document: object.document,
         line: lines.of(build, object),

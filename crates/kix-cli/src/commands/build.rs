@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Args;
-use kix_manifest::Build;
+use kix_manifest::{Build, PackageSource};
 use kix_nix::StorePath;
 use serde::Serialize;
 
@@ -109,6 +109,10 @@ struct PackageSummary {
     /// Helm test hooks: not deployed.
     #[serde(skip_serializing_if = "is_zero")]
     helm_tests: usize,
+    /// The Helm chart or Kustomize overlay it came from, when the build
+    /// says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<PackageSource>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -128,6 +132,7 @@ impl Summary {
                     version: p.version.clone(),
                     objects: p.objects.len(),
                     helm_tests: p.tests.len(),
+                    source: build.sources.get(&p.name).cloned(),
                 })
                 .collect(),
             kinds: build.summary().by_kind,
@@ -175,6 +180,9 @@ impl Summary {
                 if p.helm_tests > 0 {
                     let hooks = plural(p.helm_tests, "Helm test hook", "Helm test hooks");
                     let _ = write!(out, ", {} {hooks} (not deployed)", p.helm_tests);
+                }
+                if let Some(source) = &p.source {
+                    let _ = write!(out, "; from {source}");
                 }
                 out.push('\n');
             }

@@ -64,6 +64,10 @@ pub async fn exec(args: ValidateArgs, global: &GlobalArgs) -> anyhow::Result<Exi
             for finding in &report.findings {
                 writeln!(stdout, "{finding}")?;
             }
+            // Which chart or overlay each package came from, when known.
+            for package in report.packages.iter().filter(|p| p.source.is_some()) {
+                writeln!(stdout, "package {package}")?;
+            }
             writeln!(stdout, "{}", verdict(&report))?;
             if !global.quiet {
                 print_unchecked(&report);
