@@ -533,15 +533,7 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
         &mut package_objects,
     )?;
     let secrets_decrypted = ids.is_some();
-    let plaintext_secrets_allowed = metas
-        .iter()
-        .filter(|m| m.allow_plaintext_secrets)
-        .map(|m| m.name.clone())
-        .collect();
-    let sources = metas
-        .iter_mut()
-        .filter_map(|m| Some((m.name.clone(), m.source.take()?)))
-        .collect();
+    let (plaintext_secrets_allowed, sources) = package_notes(&mut metas);
     let mut packages = into_packages(metas, package_objects)?;
 
     let order = dependency_order(&packages)?;
@@ -682,6 +674,21 @@ fn package_dirs(
 
 /// The packages by name, each with its objects in apply order, its Helm
 /// test hooks set apart.
+/// From the packages' package.json: those that allow plain Secrets, and
+/// where each came from (taken out: nothing else reads it).
+fn package_notes(metas: &mut [PackageJson]) -> (BTreeSet<String>, BTreeMap<String, PackageSource>) {
+    let plaintext_secrets_allowed = metas
+        .iter()
+        .filter(|m| m.allow_plaintext_secrets)
+        .map(|m| m.name.clone())
+        .collect();
+    let sources = metas
+        .iter_mut()
+        .filter_map(|m| Some((m.name.clone(), m.source.take()?)))
+        .collect();
+    (plaintext_secrets_allowed, sources)
+}
+
 fn into_packages(
     metas: Vec<PackageJson>,
     package_objects: Vec<Vec<Object>>,
