@@ -12,6 +12,7 @@
 //!   `validation.rs` (the report's lines), `output.rs` (stdout, logging,
 //!   printing a plan), `render.rs` (plan text), `progress.rs` and `tui.rs`
 //!   (a run's events), `kube_client.rs` (kubeconfig and clients),
+//!   `helm_tests.rs` (running a build's Helm test hooks, `kix test`),
 //!   `commands/operator.rs` (operator mode's records and waits).
 //! - A rule that refuses a change is never checked here: it is a gate of
 //!   the engine (`kix_engine::gates`); durations are read by
@@ -19,6 +20,7 @@
 
 mod args;
 mod commands;
+mod helm_tests;
 mod kube_client;
 mod output;
 mod progress;

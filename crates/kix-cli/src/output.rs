@@ -173,6 +173,16 @@ pub fn exit_for(phase: kix_api::Phase) -> std::process::ExitCode {
     }
 }
 
+/// `kix test`'s exit status: 0 when every test passed (or there were
+/// none), else 1.
+pub fn exit_for_tests(all_passed: bool) -> std::process::ExitCode {
+    if all_passed {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
+    }
+}
+
 /// A deploy's outcome in one line: `<activation>: <phase> — <message>`.
 pub fn print_outcome_line(outcome: &kix_engine::deploy::DeployOutcome) {
     let name = outcome.activation.as_deref().unwrap_or("-");

@@ -24,6 +24,7 @@ pub mod publish;
 pub mod push;
 pub mod rollback;
 pub mod status;
+pub mod test;
 pub mod validate;
 
 #[derive(Debug, Parser)]
@@ -99,6 +100,9 @@ pub enum Command {
     /// Retire the activations retention no longer keeps, with their objects
     /// and Nix GC roots.
     Gc(gc::GcArgs),
+    /// Run the build's Helm test hooks (never deployed) against the live
+    /// cluster and report each one's outcome.
+    Test(test::TestArgs),
     /// Show the current activation and the health of its objects.
     Status(status::StatusArgs),
     /// List the Kix cluster's activations, newest first.
@@ -128,6 +132,7 @@ pub async fn exec(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Push(args) => push::exec(args, &cli.global).await,
         Command::Declare(args) => declare::exec(args, &cli.global).await,
         Command::Gc(args) => gc::exec(args, &cli.global).await,
+        Command::Test(args) => test::exec(args, &cli.global).await,
         Command::Status(args) => status::exec(args, &cli.global).await,
         Command::History(args) => history::exec(args, &cli.global).await,
         Command::Fleet(args) => fleet::exec(args, &cli.global).await,
