@@ -14,6 +14,7 @@ Stdlib only: the SVG is written by hand.
 """
 
 import json
+import re
 import os
 import statistics
 import sys
@@ -487,12 +488,21 @@ def scale_section(res, machine, before, before_machine):
     return "\n".join(md) + "\n"
 
 
-def splice(doc, section):
-    """Replaces the scale section of an existing document (or adds it before
-    *The machine*)."""
-    if SCALE_BEGIN in doc and SCALE_END in doc:
-        head, rest = doc.split(SCALE_BEGIN, 1)
-        return head + section.rstrip("\n") + rest.split(SCALE_END, 1)[1]
+MARKED = re.compile(r"(<!-- ([A-Z][A-Z-]*): [^\n]*-->\n.*?<!-- /\2 -->)", re.S)
+
+
+def marked_sections(doc):
+    """The document's generated or kept sections by name, in order: each
+    from its `<!-- NAME: ... -->` line to its `<!-- /NAME -->`."""
+    return {name: text for text, name in MARKED.findall(doc)}
+
+
+def splice(doc, section, begin=SCALE_BEGIN, end=SCALE_END):
+    """Replaces the section between `begin` and `end` of an existing document
+    (or adds it before *The machine*)."""
+    if begin in doc and end in doc:
+        head, rest = doc.split(begin, 1)
+        return head + section.rstrip("\n") + rest.split(end, 1)[1]
     at = doc.find("## The machine")
     if at < 0:
         return doc + "\n" + section
@@ -522,11 +532,16 @@ def main():
         scale_plot(res, os.path.join(out, "benchmarks-scale.svg"), before)
         section = scale_section(res, machine, before, before_machine)
     doc_path = os.path.join(out, "benchmarks.md")
+    doc = open(doc_path).read() if os.path.exists(doc_path) else ""
     if not res.sizes:
-        doc = open(doc_path).read() if os.path.exists(doc_path) else ""
         with open(doc_path, "w") as f:
             f.write(splice(doc, section))
         return
+    # Sections other scripts wrote (bench/push, bench/operator-scale, ...)
+    # and a scale section this run did not redo are kept as they were.
+    kept = marked_sections(doc)
+    section = section or kept.pop("SCALE", "")
+    kept.pop("SCALE", None)
     svg_plot(res, os.path.join(out, "benchmarks.svg"))
     runs = res.config.get("runs", "?")
     peer_runs = res.config.get("peer_runs", runs)
@@ -564,6 +579,7 @@ def main():
               "plane used during the run's timed steps (others' work on the shared machine).\n")
     md.append(runs_table(res) + "\n")
     md.append("</details>\n")
+    md.extend(text.rstrip("\n") + "\n" for text in kept.values())
     with open(os.path.join(out, "benchmarks.md"), "w") as f:
         f.write("\n".join(md))
 
