@@ -25,6 +25,7 @@ pub mod push;
 pub mod rollback;
 pub mod status;
 pub mod test;
+pub mod ui;
 pub mod validate;
 
 #[derive(Debug, Parser)]
@@ -107,6 +108,9 @@ pub enum Command {
     Status(status::StatusArgs),
     /// List the Kix cluster's activations, newest first.
     History(history::HistoryArgs),
+    /// Serve the read-only web view (every Kix cluster, its history, each
+    /// activation's objects and health) on this machine.
+    Ui(ui::UiArgs),
     /// Fleets: one build promoted across many clusters in health-gated
     /// waves (`kixFleets.<FLEET>`, kix.lib.mkFleet).
     Fleet(fleet::FleetArgs),
@@ -135,6 +139,7 @@ pub async fn exec(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Test(args) => test::exec(args, &cli.global).await,
         Command::Status(args) => status::exec(args, &cli.global).await,
         Command::History(args) => history::exec(args, &cli.global).await,
+        Command::Ui(args) => ui::exec(args, &cli.global).await,
         Command::Fleet(args) => fleet::exec(args, &cli.global).await,
         Command::Crds(args) => crds::exec(args, &cli.global).await,
         Command::OperatorKubeconfig(args) => operator_kubeconfig::exec(args, &cli.global).await,
