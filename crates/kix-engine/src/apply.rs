@@ -38,6 +38,8 @@ pub(crate) struct ApplyStage<'a> {
     pub deadline: Instant,
     /// The build's health rules, then the built-in library.
     pub rules: &'a crate::health::Rules,
+    /// The deploy's shared watches, for the health waits.
+    pub watches: &'a crate::watch_hub::WatchHub,
 }
 
 /// Applies one group (rank by rank, bounded parallel; `permits` bounds the
@@ -261,6 +263,7 @@ async fn wait_group(
         fail_fast_on_degraded: true,
         rules: stage.rules.clone(),
         applied,
+        watches: Some(stage.watches.clone()),
         ..WaitOptions::default()
     };
     match wait_healthy(client.clone(), to_wait, wait_options).await {

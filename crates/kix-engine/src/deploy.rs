@@ -510,6 +510,7 @@ async fn run(
         rules: build
             .health_rules()
             .map_err(|e| kix_manifest::TreeError::HealthRule(Box::new(e)))?,
+        watches: crate::watch_hub::WatchHub::new(),
     };
     let mut changes = ChangeSet::default();
     let waves = apply_waves(&run, lease, &mut status, &mut packages, &mut changes).await?;
@@ -554,6 +555,8 @@ struct Run<'a> {
     deadline: Instant,
     /// The build's health rules, then the built-in library.
     rules: crate::health::Rules,
+    /// One watch per kind and namespace for every group's health wait.
+    watches: crate::watch_hub::WatchHub,
 }
 
 impl Run<'_> {
@@ -578,6 +581,7 @@ impl Run<'_> {
             yield_to_kix_clusters: self.options.yield_to_kix_clusters,
             deadline: self.deadline,
             rules: &self.rules,
+            watches: &self.watches,
         }
     }
 }

@@ -787,6 +787,7 @@ mod tests {
             plaintext_secrets_allowed: allowed,
             secrets_decrypted: false,
             secret_digest_keys: Default::default(),
+            sources: Default::default(),
         }
     }
 

@@ -76,6 +76,7 @@ pub mod retire;
 pub mod seal;
 pub mod status;
 pub mod wait;
+pub mod watch_hub;
 
 pub use error::{EngineError, Result};
 

@@ -885,6 +885,7 @@ mod tests {
             plaintext_secrets_allowed: Default::default(),
             secrets_decrypted: false,
             secret_digest_keys: Default::default(),
+            sources: Default::default(),
         };
         let labels = |pis: &[PackageInstance]| {
             crossed(&build, pis)

@@ -42,6 +42,7 @@ use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::health::{Health, Rules};
+use crate::watch_hub::{HubMessage, WatchHub, is_forbidden};
 
 /// The reason of an object that does not exist.
 pub const NOT_FOUND: &str = "not found";
@@ -150,6 +151,9 @@ pub struct WaitOptions {
     /// none): one of them deleted while waited for is judged by the outcome
     /// it reached, never waited for again (see the module docs).
     pub applied: HashMap<WaitTarget, Applied>,
+    /// Watches shared with the other waits of a deploy (default none: this
+    /// wait opens its own, one per kind and namespace).
+    pub watches: Option<WatchHub>,
 }
 
 impl Default for WaitOptions {
@@ -160,6 +164,7 @@ impl Default for WaitOptions {
             events: None,
             rules: Rules::builtin(),
             applied: HashMap::new(),
+            watches: None,
         }
     }
 }
@@ -218,13 +223,12 @@ impl fmt::Display for WaitReport {
 #[derive(Debug, thiserror::Error)]
 pub enum WaitError {
     /// Watching is not allowed; waiting longer cannot help.
-    #[error("cannot watch {kind} {scope}: {source}")]
+    #[error("cannot watch {kind} {scope}: {message}")]
     Forbidden {
         kind: String,
         /// `in namespace <ns>` or `cluster-wide`.
         scope: String,
-        #[source]
-        source: watcher::Error,
+        message: String,
     },
 }
 
@@ -241,7 +245,8 @@ pub async fn wait_healthy(
     waiter.rules = options.rules;
     waiter.set_applied(options.applied);
 
-    let (lists, streams) = watches(&client, &waiter);
+    let shared = options.watches.is_some();
+    let (lists, streams) = watches(&client, &waiter, options.watches.as_ref());
     let mut events = stream::select_all(streams);
     let mut recheck = tokio::time::interval(RECHECK_EVERY);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -267,8 +272,10 @@ pub async fn wait_healthy(
                 break;
             }
             event = events.next() => match event {
-                Some((group, Ok(event))) => waiter.on_event(group, event),
-                Some((group, Err(error))) => waiter.on_error(group, error)?,
+                Some((group, HubMessage::Event(event))) => waiter.on_event(group, *event),
+                Some((group, HubMessage::Failed { message, forbidden })) => {
+                    waiter.on_error(group, message, forbidden)?
+                }
                 // Watch streams do not end; nothing left to learn.
                 None => {
                     tokio::time::sleep_until(deadline).await;
@@ -280,7 +287,8 @@ pub async fn wait_healthy(
                 waiter.on_replay(index, replay);
             }
             _ = recheck.tick(), if waiter.has_pods => waiter.recheck_pods(),
-            _ = relist.tick() => {
+            // Shared watches relist on their own.
+            _ = relist.tick(), if !shared => {
                 for group in waiter.waiting_groups() {
                     let (api, params) = &lists[group];
                     match api.list(params).await {
@@ -297,11 +305,17 @@ pub async fn wait_healthy(
 /// A group's LIST (for the safety-net relists), one per group.
 type GroupList = (Api<DynamicObject>, ListParams);
 
-type GroupEvents = BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>;
+type GroupEvents = BoxStream<'static, (usize, HubMessage)>;
 
-/// One watch per group: on the single object by a `metadata.name` field
-/// selector when the group has one target, else on the whole kind.
-fn watches(client: &Client, waiter: &Waiter) -> (Vec<GroupList>, Vec<GroupEvents>) {
+/// One watch per group: from the hub when there is one (the kind in the
+/// group's namespace, shared), else on the single object by a
+/// `metadata.name` field selector when the group has one target, or on the
+/// whole kind.
+fn watches(
+    client: &Client,
+    waiter: &Waiter,
+    hub: Option<&WatchHub>,
+) -> (Vec<GroupList>, Vec<GroupEvents>) {
     let mut lists = Vec::with_capacity(waiter.groups.len());
     let mut streams = Vec::with_capacity(waiter.groups.len());
     for (index, group) in waiter.groups.iter().enumerate() {
@@ -317,12 +331,25 @@ fn watches(client: &Client, waiter: &Waiter) -> (Vec<GroupList>, Vec<GroupEvents
             params = params.fields(&selector);
         }
         lists.push((api.clone(), params));
-        streams.push(
-            watcher::watcher(api, config)
+        let events = match hub {
+            Some(hub) => hub.subscribe(
+                client,
+                &group.resource,
+                group.namespace.as_deref(),
+                RELIST_EVERY,
+            ),
+            None => watcher::watcher(api, config)
                 .default_backoff()
-                .map(move |event| (index, event))
+                .map(|event| match event {
+                    Ok(event) => HubMessage::Event(Box::new(event)),
+                    Err(error) => HubMessage::Failed {
+                        message: error.to_string(),
+                        forbidden: is_forbidden(&error),
+                    },
+                })
                 .boxed(),
-        );
+        };
+        streams.push(events.map(move |message| (index, message)).boxed());
     }
     (lists, streams)
 }
@@ -488,21 +515,26 @@ impl Waiter {
         self.on_event(group, Event::InitDone);
     }
 
-    fn on_error(&mut self, group: usize, error: watcher::Error) -> Result<(), WaitError> {
+    fn on_error(
+        &mut self,
+        group: usize,
+        message: String,
+        forbidden: bool,
+    ) -> Result<(), WaitError> {
         let group = &mut self.groups[group];
         let scope = match &group.namespace {
             Some(ns) => format!("in namespace {ns}"),
             None => "cluster-wide".to_owned(),
         };
-        if is_forbidden(&error) {
+        if forbidden {
             return Err(WaitError::Forbidden {
                 kind: group.resource.kind.clone(),
                 scope,
-                source: error,
+                message,
             });
         }
-        tracing::warn!(kind = %group.resource.kind, %scope, %error, "watch failed, retrying");
-        group.error = Some(error.to_string());
+        tracing::warn!(kind = %group.resource.kind, %scope, error = %message, "watch failed, retrying");
+        group.error = Some(message);
         Ok(())
     }
 
@@ -768,17 +800,6 @@ fn not_found() -> Health {
 
 fn is_pod(resource: &ApiResource) -> bool {
     GroupKind::new(&resource.group, &resource.kind) == group_kind::POD
-}
-
-fn is_forbidden(error: &watcher::Error) -> bool {
-    let source = match error {
-        watcher::Error::InitialListFailed(e)
-        | watcher::Error::WatchStartFailed(e)
-        | watcher::Error::WatchFailed(e) => e,
-        watcher::Error::WatchError(status) => return status.code == 403,
-        _ => return false,
-    };
-    matches!(source, kube::Error::Api(status) if status.code == 403)
 }
 
 #[cfg(test)]
