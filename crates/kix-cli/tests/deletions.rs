@@ -273,6 +273,9 @@ async fn the_operator_counts_an_object_held_by_a_foreign_finalizer_once_and_does
 /// backup brings back objects a build has since dropped.
 fn restored(kix: &Kix, name: &str, record: &str) -> DynamicObject {
     let owner = kix_api::owner_value("", "ConfigMap", Some(kix.ns()), name);
+    // As the first build's deploy labelled it: a plan lists the Kix
+    // cluster's objects by this label.
+    let cluster_label = kix_api::labels::cluster_label(kix.cluster());
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {
@@ -281,6 +284,7 @@ fn restored(kix: &Kix, name: &str, record: &str) -> DynamicObject {
                 kix_api::LABEL_MANAGED_BY: kix_api::MANAGED_BY_VALUE,
                 kix_api::LABEL_OWNER: owner,
                 kix_api::LABEL_PACKAGE: "web",
+                cluster_label: kix_api::labels::CLUSTER_LABEL_VALUE,
             },
             "annotations": {kix_api::ANNOTATION_ACTIVATIONS: record},
         },

@@ -598,7 +598,7 @@ struct Waves {
 /// Holding the lease, any record of this cluster still Pending or Applying
 /// was left by a deploy that died: it never finished.
 async fn fail_interrupted(client: &Client, plan: &Plan, options: &DeployOptions) -> Result<()> {
-    let all = records::list_all(client).await?;
+    let all = records::list_cluster(client, &plan.cluster).await?;
     for stale in records::of_cluster(&all, &plan.cluster) {
         let is_this = options.record.is_some() && stale.metadata.name == options.record;
         if !is_this && matches!(stale.phase_or_pending(), Phase::Pending | Phase::Applying) {
@@ -918,7 +918,7 @@ pub fn joined(messages: &[String]) -> String {
 
 /// Marks every older record of the cluster that is not already Superseded.
 pub async fn supersede_older(client: &Client, cluster: &str, current: &str) -> Result<()> {
-    let all = records::list_all(client).await?;
+    let all = records::list_cluster(client, cluster).await?;
     let current_seq = Activation::sequence_in(current, cluster).unwrap_or(0);
     for record in records::of_cluster(&all, cluster) {
         let older = record.sequence().is_some_and(|s| s < current_seq);

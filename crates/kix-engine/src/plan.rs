@@ -88,8 +88,20 @@ impl Prefetched {
         cluster: &str,
         options: &PlanOptions,
     ) -> Result<Prefetched> {
-        let kix_crds = records::crds_status(client).await?;
         let all_records = records::list_all(client).await?;
+        Prefetched::with_records(client, cluster, options, all_records).await
+    }
+
+    /// [`Prefetched::start`] with the records of every Kix cluster as the
+    /// caller has them (the operator's watch of them): not listed again,
+    /// since a LIST of them all grows with every Kix cluster's records.
+    pub async fn with_records(
+        client: &Client,
+        cluster: &str,
+        options: &PlanOptions,
+        all_records: Vec<Activation>,
+    ) -> Result<Prefetched> {
+        let kix_crds = records::crds_status(client).await?;
         let mut resources = Resources::new(client.clone());
         let mine = records::of_cluster(&all_records, cluster);
         let recorded = recorded_kinds(&mine, &mut resources).await?;

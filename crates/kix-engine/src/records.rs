@@ -20,6 +20,39 @@ pub async fn list_all(client: &Client) -> Result<Vec<Activation>> {
     }
 }
 
+/// The records of Kix cluster `cluster` (and any record without the
+/// `kix.run/cluster` label, whose cluster is its spec's): two LISTs that
+/// grow with this cluster's records, not with every Kix cluster's. Pass
+/// the result through [`of_cluster`]. A name no label value can hold is
+/// listed with every record.
+pub async fn list_cluster(client: &Client, cluster: &str) -> Result<Vec<Activation>> {
+    let label_value = cluster.len() <= 63
+        && cluster.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && cluster.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && cluster
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !label_value {
+        return list_all(client).await;
+    }
+    let api: Api<Activation> = Api::all(client.clone());
+    let mut all = Vec::new();
+    let labelled = kix_api::labels::cluster_selector(cluster);
+    let unlabelled = format!("!{}", kix_api::labels::LABEL_CLUSTER);
+    for selector in [labelled, unlabelled] {
+        match api.list(&ListParams::default().labels(&selector)).await {
+            Ok(list) => all.extend(list.items),
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(vec![]),
+            Err(err) => {
+                return Err(EngineError::Records(format!(
+                    "listing the activations of Kix cluster {cluster:?}: {err}"
+                )));
+            }
+        }
+    }
+    Ok(all)
+}
+
 /// The records of one Kix cluster, oldest first (by sequence).
 pub fn of_cluster<'a>(records: &'a [Activation], cluster: &str) -> Vec<&'a Activation> {
     let mut mine: Vec<&Activation> = records

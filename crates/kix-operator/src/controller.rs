@@ -77,6 +77,11 @@ pub struct Context {
         tokio::sync::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<Activation>>,
     /// Whom each record acts as ([`crate::tenant`]).
     pub tenants: crate::tenant::Tenants,
+    /// Every Activation record as the operator's watch last saw it: what a
+    /// reconcile reads of the records, instead of listing them all.
+    pub records: kube::runtime::reflector::Store<Activation>,
+    /// The turns of Active records' full re-checks ([`crate::upkeep`]).
+    pub upkeep: crate::upkeep::Upkeep,
     /// Fetches and verifies builds, in the operator's store.
     pub fetcher: Arc<kix_nix::Fetcher>,
 }
@@ -90,16 +95,20 @@ pub struct Touched {
     /// What the record's build declares: an object claiming the record
     /// that is not in it is not the record's ([`kix_engine::claims`]).
     pub inventory: Option<Arc<kix_engine::claims::Inventory>>,
+    /// Planned whole at its next reconcile, without waiting for its turn:
+    /// it is current again after a newer build failed, or its last
+    /// reconcile failed.
+    pub whole_now: bool,
 }
 
 /// Most objects a repair reads one by one; past this, one LIST per kind.
 const SCOPED_MAX: usize = 64;
 
 /// The objects to plan for the upkeep of `record`: only those the watches
-/// saw change, unless a whole plan is due (a new build, none yet, or the
-/// resync interval passed since the last one), too many changed, or objects
-/// wait on finalizers (the record lists them all: a whole plan reports
-/// them). None: plan everything.
+/// saw change, unless a whole plan is needed (a new build, none since the
+/// operator started, a failed reconcile, a full re-check's turn), too many
+/// changed, or objects wait on finalizers (the record lists them all: a
+/// whole plan reports them). None: plan everything.
 fn scope(
     ctx: &Context,
     record: &Activation,
@@ -108,9 +117,9 @@ fn scope(
     let mut touched = ctx.touched.lock().ok()?;
     let entry = touched.entry(record.name_any()).or_default();
     let objects = std::mem::take(&mut entry.objects);
-    let recent = entry
-        .planned_whole
-        .is_some_and(|at| at.elapsed() < ctx.resync);
+    // A repair stays a repair when a full re-check is due too: that one
+    // waits for its own turn ([`upkeep_turn`]).
+    let recent = !std::mem::take(&mut entry.whole_now) && entry.planned_whole.is_some();
     let deleting = record
         .status
         .as_ref()
@@ -123,7 +132,65 @@ fn scope(
         return Some(objects);
     }
     entry.planned_whole = Some(Instant::now());
+    ctx.upkeep.forget(&record.name_any());
     None
+}
+
+/// Whether an applied record's reconcile plans now. A new or changed
+/// record and a repair (objects the watches saw change) do; the full
+/// re-check of an idle Active record waits for its turn ([`crate::upkeep`]),
+/// and one not due yet waits until it is. Err: requeue after that long.
+/// A record not seen since the operator started (its build not read yet)
+/// is read first, so the watches route its objects' changes to it.
+fn upkeep_turn(
+    ctx: &Context,
+    record: &Activation,
+    fresh: bool,
+) -> Result<Option<crate::upkeep::Turn>, Duration> {
+    let deleting = record
+        .status
+        .as_ref()
+        .is_some_and(|s| !s.deleting.is_empty());
+    if fresh || record.phase() != Some(Phase::Active) || deleting {
+        return Ok(None);
+    }
+    let planned_whole = {
+        let Ok(touched) = ctx.touched.lock() else {
+            return Ok(None);
+        };
+        match touched.get(&record.name_any()) {
+            Some(t) if t.inventory.is_some() && t.objects.is_empty() && !t.whole_now => {
+                t.planned_whole
+            }
+            _ => return Ok(None),
+        }
+    };
+    if let Some(left) = ctx.upkeep.not_due(planned_whole) {
+        return Err(left.max(Duration::from_secs(1)));
+    }
+    match ctx.upkeep.turn(&record.name_any()) {
+        crate::upkeep::Turn::Later(wait) => {
+            ctx.metrics.upkeep_deferred();
+            Err(wait)
+        }
+        now => {
+            ctx.metrics.upkeep_ran();
+            info!("full re-check");
+            Ok(Some(now))
+        }
+    }
+}
+
+/// When to look at `record` again: when its next full re-check is due,
+/// spread a little.
+fn next_look(ctx: &Context, record: &str) -> Action {
+    let planned_whole = ctx
+        .touched
+        .lock()
+        .ok()
+        .and_then(|t| t.get(record).and_then(|t| t.planned_whole));
+    let left = ctx.upkeep.not_due(planned_whole).unwrap_or(ctx.resync);
+    Action::requeue(crate::upkeep::jitter(left, 0.1).max(Duration::from_secs(1)))
 }
 
 #[instrument(skip(record, ctx), fields(activation = %record.name_any()))]
@@ -175,8 +242,12 @@ async fn acting_on(record: Arc<Activation>, ctx: &Context) -> Result<Action, Rec
     }
 }
 
-pub fn error_policy(_record: Arc<Activation>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+pub fn error_policy(record: Arc<Activation>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.metrics.error(error.reason());
+    // What the failed reconcile took from the watches is read again whole.
+    if let Ok(mut touched) = ctx.touched.lock() {
+        touched.entry(record.name_any()).or_default().whole_now = true;
+    }
     warn!("reconcile failed: {error}");
     Action::requeue(Duration::from_secs(5))
 }
@@ -244,8 +315,9 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     let spec_changed =
         record.status.as_ref().and_then(|s| s.observed_generation) != record.metadata.generation;
 
-    // Only the newest operator record of a cluster is acted on.
-    let all = kix_engine::records::list_all(&ctx.client).await?;
+    // Only the newest operator record of a cluster is acted on; the
+    // records are read from the operator's watch, not listed.
+    let all = cluster_records(ctx, &cluster);
     if newer_record(&all, &cluster, &record) {
         if matches!(phase, Phase::Pending | Phase::Applying) {
             let msg = "a newer activation took over".to_string();
@@ -257,25 +329,21 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     if phase == Phase::Superseded || (phase == Phase::Failed && !spec_changed) {
         return Ok(Action::await_change());
     }
-    let (path, build) = match read_build(ctx, &record, &cluster).await {
-        Ok(read) => read,
-        Err(message) => return fail(ctx, &record, message).await,
+    let fresh = matches!(phase, Phase::Pending | Phase::Applying | Phase::Failed) || spec_changed;
+    let turn = match upkeep_turn(ctx, &record, fresh) {
+        Ok(turn) => turn,
+        Err(later) => return Ok(Action::requeue(later)),
     };
-    // Every request for the record from here on acts as its account.
-    let acting = match ctx.tenants.for_record(&record).and_then(|acting| {
-        gates::build_account(&build, acting.account.as_ref())
-            .map(|()| acting)
-            .map_err(|refusal| refusal.to_string())
-    }) {
-        Ok(acting) => acting,
-        Err(reason) => return fail(ctx, &record, reason).await,
+    let Prepared {
+        path,
+        build,
+        acting,
+        turn: _turn,
+    } = match prepare(ctx, &record, fresh, turn).await {
+        Ok(prepared) => prepared,
+        Err(end) => return end,
     };
     let client = &acting.client;
-    crate::faults::inject(crate::faults::Point::Acting, &cluster);
-    watch_kinds(ctx, &build);
-    crate::triggers::note_build(ctx, &name, path.as_str(), &build);
-
-    let fresh = matches!(phase, Phase::Pending | Phase::Applying | Phase::Failed) || spec_changed;
     // Upkeep: what the watches saw change, each object read by name; the
     // resync reads everything.
     let mut plan = operator_plan(ctx, &record, client, &build, &path, fresh).await?;
@@ -307,7 +375,7 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     };
     if !fresh && !plan.has_changes() {
         crate::guard::settle_quiet(ctx, &record, &plan, crds_refused.as_deref()).await?;
-        return Ok(Action::requeue(ctx.resync));
+        return Ok(next_look(ctx, &name));
     }
     let drifted =
         plan.counts.create + plan.counts.update + plan.counts.delete + plan.counts.replace;
@@ -357,6 +425,57 @@ async fn apply(record: Arc<Activation>, ctx: &Context) -> Result<Action, Reconci
     record_outcome(ctx, &record, &outcome, &settled).await
 }
 
+/// What a reconcile acts with: the record's build, whom it acts as, and
+/// the turn of its full re-check, if it is one.
+struct Prepared {
+    path: StorePath,
+    build: kix_manifest::Build,
+    acting: kix_engine::client::Acting,
+    turn: Option<crate::upkeep::Turn>,
+}
+
+/// Reads the record's build and whom it acts as, and routes its objects'
+/// changes to it. A record not seen since the operator started waits for
+/// its full re-check's turn after that. Err: how the reconcile ends.
+async fn prepare(
+    ctx: &Context,
+    record: &Activation,
+    fresh: bool,
+    turn: Option<crate::upkeep::Turn>,
+) -> Result<Prepared, Result<Action, ReconcileError>> {
+    let (name, cluster) = (record.name_any(), record.cluster_name().to_string());
+    let (path, build) = match read_build(ctx, record, &cluster).await {
+        Ok(read) => read,
+        Err(message) => return Err(fail(ctx, record, message).await),
+    };
+    // Every request for the record from here on acts as its account.
+    let acting = match ctx.tenants.for_record(record).and_then(|acting| {
+        gates::build_account(&build, acting.account.as_ref())
+            .map(|()| acting)
+            .map_err(|refusal| refusal.to_string())
+    }) {
+        Ok(acting) => acting,
+        Err(reason) => return Err(fail(ctx, record, reason).await),
+    };
+    crate::faults::inject(crate::faults::Point::Acting, &cluster);
+    watch_kinds(ctx, &build);
+    let first_look = crate::triggers::note_build(ctx, &name, path.as_str(), &build);
+    let mut prepared = Prepared {
+        path,
+        build,
+        acting,
+        turn,
+    };
+    if first_look && !fresh && record.phase() == Some(Phase::Active) {
+        ctx.current.lock().map(|mut m| m.insert(cluster, name)).ok();
+        match upkeep_turn(ctx, record, fresh) {
+            Ok(turn) => prepared.turn = turn,
+            Err(later) => return Err(Ok(Action::requeue(later))),
+        }
+    }
+    Ok(prepared)
+}
+
 /// The build's kinds, for the watches on owned objects.
 fn watch_kinds(ctx: &Context, build: &kix_manifest::Build) {
     if let Ok(mut kinds) = ctx.kinds.lock() {
@@ -367,6 +486,16 @@ fn watch_kinds(ctx: &Context, build: &kix_manifest::Build) {
             );
         }
     }
+}
+
+/// The records of Kix cluster `cluster`, as the operator's watch last saw
+/// them.
+fn cluster_records(ctx: &Context, cluster: &str) -> Vec<Activation> {
+    ctx.records
+        .state_filter(|r| r.cluster_name() == cluster)
+        .into_iter()
+        .map(|r| (*r).clone())
+        .collect()
 }
 
 /// Whether a newer operator record of the cluster (not Failed) exists:
@@ -435,7 +564,7 @@ async fn ask_gates(
                 .map(Some);
         }
         crate::guard::hold_for_budget(ctx, record, plan).await?;
-        return Ok(Some(Action::requeue(ctx.resync)));
+        return Ok(Some(next_look(ctx, &record.name_any())));
     }
     Ok(None)
 }
@@ -548,16 +677,31 @@ async fn operator_plan(
         activation: Some(name.clone()),
         only,
     };
-    let mut plan = kix_engine::plan::plan(client, build, path.as_str(), &plan_options).await?;
+    let mut plan = plan_with_records(ctx, client, build, path, &plan_options).await?;
     if plan_options.only.is_some() && !kix_engine::prune::deleting_in(&plan).is_empty() {
         // An object waits on finalizers: the record lists them all.
         let whole = PlanOptions {
             only: None,
             ..plan_options
         };
-        plan = kix_engine::plan::plan(client, build, path.as_str(), &whole).await?;
+        plan = plan_with_records(ctx, client, build, path, &whole).await?;
     }
     Ok(plan)
+}
+
+/// The engine's plan, with the records of every Kix cluster (claims name
+/// them) from the operator's watch instead of a LIST of them all.
+async fn plan_with_records(
+    ctx: &Context,
+    client: &kube::Client,
+    build: &kix_manifest::Build,
+    path: &StorePath,
+    options: &PlanOptions,
+) -> Result<kix_engine::plan::Plan, kix_engine::EngineError> {
+    use kix_engine::plan::{Prefetched, plan_prefetched};
+    let all: Vec<Activation> = ctx.records.state().iter().map(|r| (**r).clone()).collect();
+    let prefetched = Prefetched::with_records(client, &build.cluster, options, all).await?;
+    plan_prefetched(client, build, path.as_str(), options, prefetched).await
 }
 
 /// What the engine runs the record's deploy with: the operator's settings,
@@ -656,11 +800,11 @@ async fn record_outcome(
     let (type_, reason) = match outcome.phase {
         Phase::Active if fresh => (EventType::Normal, "Active"),
         Phase::Active if corrected > 0 => (EventType::Normal, "DriftCorrected"),
-        Phase::Active => return Ok(Action::requeue(ctx.resync)),
+        Phase::Active => return Ok(next_look(ctx, &name)),
         _ => (EventType::Warning, outcome.phase.as_str()),
     };
     event(ctx, record, type_, reason, outcome.message.clone()).await;
-    Ok(Action::requeue(ctx.resync))
+    Ok(next_look(ctx, &name))
 }
 
 /// A new build failed: owned objects' changes go to the record that was
@@ -675,6 +819,9 @@ fn restore_current(ctx: &Context, cluster: &str, applied: Option<&str>) {
     }
     if let Some(name) = applied {
         info!("the new build failed; {name} stays current");
+        if let Ok(mut touched) = ctx.touched.lock() {
+            touched.entry(name.to_string()).or_default().whole_now = true;
+        }
         let _ = ctx
             .trigger
             .send(kube::runtime::reflector::ObjectRef::new(name));

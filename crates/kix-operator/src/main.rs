@@ -20,6 +20,7 @@ mod http;
 mod metrics;
 mod tenant;
 mod triggers;
+mod upkeep;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -61,10 +62,19 @@ struct Args {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_addr: SocketAddr,
-    /// How often every current record is re-checked in full, besides the
-    /// watches on owned objects (e.g. 60s, 5m).
+    /// The least time between two full re-checks of an Active record,
+    /// besides the watches on owned objects, which repair drift at once
+    /// (e.g. 60s, 5m).
     #[arg(long, value_parser = kix_engine::duration::parse, default_value = "60s")]
     resync_interval: Duration,
+    /// Full re-checks of idle Active records per minute, across all
+    /// records: with many records each is re-checked every
+    /// records/budget minutes (never more often than --resync-interval),
+    /// so upkeep's requests stay bounded; new and changed records and
+    /// repairs of drift do not wait for it.
+    #[arg(long, env = "KIX_OPERATOR_RESYNC_BUDGET", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    resync_budget: u32,
     /// Records reconciled at once: each holds its plan (and its LISTs)
     /// while it runs, so this bounds the operator's memory; more records
     /// wait their turn, in the order they changed.
@@ -298,8 +308,12 @@ fn context(
         kube::runtime::reflector::ObjectRef<kix_api::Activation>,
     >,
     fetcher: &Arc<kix_nix::Fetcher>,
+    records: reflector::Store<Activation>,
 ) -> Context {
     let client = clients.own();
+    // A quarter of the reconcile slots at most for full re-checks: the
+    // others stay free for new records and repairs.
+    let upkeep_permits = usize::from(args.concurrency / 4).max(1);
     Context {
         client: client.clone(),
         metrics: metrics.clone(),
@@ -326,6 +340,8 @@ fn context(
         trigger: trigger.clone(),
         tenants: tenant::Tenants::new(clients.clone()),
         fetcher: fetcher.clone(),
+        records,
+        upkeep: upkeep::Upkeep::new(args.resync_interval, args.resync_budget, upkeep_permits),
     }
 }
 
@@ -386,6 +402,7 @@ async fn main() -> anyhow::Result<()> {
         info!(%identity, "elected leader");
         metrics.leader.store(true, Ordering::Relaxed);
         let (trigger_tx, trigger_rx) = unbounded_channel();
+        let (reader, writer) = reflector::store();
         let ctx = Arc::new(context(
             &args,
             &identity,
@@ -393,12 +410,12 @@ async fn main() -> anyhow::Result<()> {
             &metrics,
             &trigger_tx,
             &fetcher,
+            reader.clone(),
         ));
         let watches = tokio::spawn(triggers::run(ctx.clone(), trigger_tx));
         let records: Api<Activation> = Api::all(client.clone());
         // Reconciles on spec, deletion and finalizer changes of records, and
         // on owned objects (reconcile_on); never on status writes.
-        let (reader, writer) = reflector::store();
         let record_changes = watcher::watcher(records, watcher::Config::default())
             .default_backoff()
             .reflect(writer)

@@ -18,6 +18,10 @@ pub struct Metrics {
     /// Reconciles running now, and the most that ever ran at once.
     in_flight: AtomicU64,
     in_flight_max: AtomicU64,
+    /// Full re-checks of idle Active records run, and those sent to wait
+    /// for their turn ([`crate::upkeep`]).
+    resyncs: AtomicU64,
+    resyncs_deferred: AtomicU64,
     /// Errors by reason (the error variant, a bounded set).
     errors: Mutex<BTreeMap<String, u64>>,
     /// Per bucket counts, then sum (micro-seconds) and count.
@@ -48,6 +52,16 @@ impl Metrics {
         InFlight(self)
     }
 
+    /// An Active record's full re-check ran.
+    pub fn upkeep_ran(&self) {
+        self.resyncs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An Active record's full re-check was requeued for its turn.
+    pub fn upkeep_deferred(&self) {
+        self.resyncs_deferred.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn drift_corrected(&self, objects: u64) {
         self.drift_corrections.fetch_add(objects, Ordering::Relaxed);
     }
@@ -66,27 +80,17 @@ impl Metrics {
 
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP kix_operator_reconciles_total Reconciles of Activation records."
-        );
-        let _ = writeln!(out, "# TYPE kix_operator_reconciles_total counter");
-        let _ = writeln!(
-            out,
-            "kix_operator_reconciles_total {}",
-            self.reconciles.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP kix_operator_drift_corrections_total Objects re-applied because they drifted or were deleted."
-        );
-        let _ = writeln!(out, "# TYPE kix_operator_drift_corrections_total counter");
-        let _ = writeln!(
-            out,
-            "kix_operator_drift_corrections_total {}",
-            self.drift_corrections.load(Ordering::Relaxed)
-        );
-        let freed = [
+        let counters = [
+            (
+                "kix_operator_reconciles_total",
+                "Reconciles of Activation records.",
+                &self.reconciles,
+            ),
+            (
+                "kix_operator_drift_corrections_total",
+                "Objects re-applied because they drifted or were deleted.",
+                &self.drift_corrections,
+            ),
             (
                 "kix_operator_store_freed_paths_total",
                 "Store paths deleted from the operator's own store after records were retired.",
@@ -97,8 +101,18 @@ impl Metrics {
                 "Bytes (NAR size) deleted from the operator's own store after records were retired.",
                 &self.store_bytes_freed,
             ),
+            (
+                "kix_operator_resyncs_total",
+                "Full re-checks of idle Active records run (--resync-interval, --resync-budget).",
+                &self.resyncs,
+            ),
+            (
+                "kix_operator_resyncs_deferred_total",
+                "Full re-checks of idle Active records requeued to wait for their turn.",
+                &self.resyncs_deferred,
+            ),
         ];
-        for (name, help, value) in freed {
+        for (name, help, value) in counters {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} counter");
             let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));

@@ -186,12 +186,15 @@ fn touch(ctx: &Context, record: &str, key: &kix_manifest::ObjectKey) {
 }
 
 /// Remembers what the build of `record` declares, for the claims of the
-/// objects its watches see ([`claim_holds`]).
-pub fn note_build(ctx: &Context, record: &str, path: &str, build: &kix_manifest::Build) {
+/// objects its watches see ([`claim_holds`]); true the first time for
+/// `record` (since the operator started).
+pub fn note_build(ctx: &Context, record: &str, path: &str, build: &kix_manifest::Build) -> bool {
     let inventory = kix_engine::claims::remember(path, build);
-    if let Ok(mut touched) = ctx.touched.lock() {
-        touched.entry(record.to_string()).or_default().inventory = Some(inventory);
-    }
+    let Ok(mut touched) = ctx.touched.lock() else {
+        return false;
+    };
+    let entry = touched.entry(record.to_string()).or_default();
+    entry.inventory.replace(inventory).is_none()
 }
 
 /// Whether the object `key` can be `record`'s: its build has it. Before the

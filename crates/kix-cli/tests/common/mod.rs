@@ -519,7 +519,7 @@ impl Operator {
             .arg(kubeconfig)
             .args(["--metrics-addr", &http.to_string()])
             .args(["--leader-lease", lease, "--lease-namespace", namespace])
-            .args(["--leader-lease-seconds", "4", "--resync-interval", "10s"])
+            .args(["--leader-lease-seconds", "4"])
             .env("KIX_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -530,6 +530,10 @@ impl Operator {
         }
         for c in clusters {
             cmd.args(["--cluster", c]);
+        }
+        // A test's own --resync-interval replaces the tests' 10s.
+        if !flags.contains(&"--resync-interval") {
+            cmd.args(["--resync-interval", "10s"]);
         }
         cmd.args(flags).envs(env.iter().copied());
         Operator {
