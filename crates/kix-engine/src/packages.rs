@@ -24,6 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::stream::{self, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kix_api::{
     CONDITION_READY, FailedDeletion, PackageInstance, PackageInstanceSpec, PackageInstanceStatus,
@@ -157,36 +158,25 @@ impl PackageRecords {
             started: BTreeSet::new(),
             removing: vec![],
         };
-        for package in &build.packages {
-            if this.records.contains_key(&package.name) {
-                continue;
-            }
-            let mut pi = PackageInstance::new_record(PackageInstanceSpec {
-                cluster: plan.cluster.clone(),
-                package: package.name.clone(),
-                version: package.version.clone(),
-                activation: activation.to_owned(),
-            });
-            let api: Api<PackageInstance> = Api::all(client.clone());
-            let created = match api.create(&PostParams::default(), &pi).await {
-                Ok(created) => created,
-                // A deploy that died after creating it: take it over.
-                Err(kube::Error::Api(s)) if s.code == 409 => api
-                    .get(&pi.name_any())
-                    .await
-                    .map_err(|e| records_error(&pi.name_any(), e))?,
-                Err(e) => return Err(records_error(&pi.name_any(), e)),
-            };
-            pi.metadata = created.metadata;
-            pi.status = created.status;
-            this.created.insert(package.name.clone());
-            let status = PackageInstanceStatus {
-                phase: Some(PackagePhase::Pending),
-                message: Some(format!("waiting for {activation} to reach the package")),
-                resources: Some(count(plan, &package.name)),
-                ..pi.status.clone().unwrap_or_default()
-            };
-            this.write(pi, None, status).await?;
+        // A build of a thousand packages: their records are made side by
+        // side, not one round trip after another.
+        let missing: Vec<_> = build
+            .packages
+            .iter()
+            .filter(|package| !this.records.contains_key(&package.name))
+            .collect();
+        let creating: Vec<_> = missing
+            .iter()
+            .map(|package| create_record(client, plan, &package.name, &package.version, activation))
+            .collect();
+        let made: Vec<Result<PackageInstance>> = stream::iter(creating)
+            .buffer_unordered(RECORDS_IN_FLIGHT)
+            .collect()
+            .await;
+        for pi in made {
+            let pi = pi?;
+            this.created.insert(pi.spec.package.clone());
+            this.records.insert(pi.spec.package.clone(), pi);
         }
         Ok(this)
     }
@@ -413,45 +403,95 @@ impl PackageRecords {
         spec: Option<PackageInstanceSpec>,
         status: PackageInstanceStatus,
     ) -> Result<()> {
-        let name = pi.name_any();
-        let api: Api<PackageInstance> = Api::all(self.client.clone());
-        let mut current = pi;
-        if let Some(spec) = spec {
-            current = api
-                .patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({ "spec": spec })),
-                )
-                .await
-                .map_err(|e| records_error(&name, e))?;
-        }
-        if current.status.as_ref() != Some(&status) {
-            let mut value = serde_json::to_value(&status).unwrap_or_else(|_| json!({}));
-            if let Some(map) = value.as_object_mut() {
-                for field in [
-                    "phase",
-                    "message",
-                    "resources",
-                    "ready",
-                    "health",
-                    "conditions",
-                ] {
-                    map.entry(field).or_insert(Value::Null);
-                }
-            }
-            current = api
-                .patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({ "status": value })),
-                )
-                .await
-                .map_err(|e| records_error(&name, e))?;
-        }
+        let current = write_record(&self.client, pi, spec, status).await?;
         self.records.insert(current.spec.package.clone(), current);
         Ok(())
     }
+}
+
+/// Package records created at once when a deploy starts.
+const RECORDS_IN_FLIGHT: usize = 16;
+
+/// A package's record, made Pending for `activation` (one a deploy that
+/// died left behind is taken over).
+async fn create_record(
+    client: &Client,
+    plan: &Plan,
+    package: &str,
+    version: &str,
+    activation: &str,
+) -> Result<PackageInstance> {
+    let mut pi = PackageInstance::new_record(PackageInstanceSpec {
+        cluster: plan.cluster.clone(),
+        package: package.to_owned(),
+        version: version.to_owned(),
+        activation: activation.to_owned(),
+    });
+    let api: Api<PackageInstance> = Api::all(client.clone());
+    let created = match api.create(&PostParams::default(), &pi).await {
+        Ok(created) => created,
+        Err(kube::Error::Api(s)) if s.code == 409 => api
+            .get(&pi.name_any())
+            .await
+            .map_err(|e| records_error(&pi.name_any(), e))?,
+        Err(e) => return Err(records_error(&pi.name_any(), e)),
+    };
+    pi.metadata = created.metadata;
+    pi.status = created.status;
+    let status = PackageInstanceStatus {
+        phase: Some(PackagePhase::Pending),
+        message: Some(format!("waiting for {activation} to reach the package")),
+        resources: Some(count(plan, package)),
+        ..pi.status.clone().unwrap_or_default()
+    };
+    write_record(client, pi, None, status).await
+}
+
+/// Writes a package record's spec (when given) and status (when changed);
+/// the record as the apiserver has it after.
+async fn write_record(
+    client: &Client,
+    pi: PackageInstance,
+    spec: Option<PackageInstanceSpec>,
+    status: PackageInstanceStatus,
+) -> Result<PackageInstance> {
+    let name = pi.name_any();
+    let api: Api<PackageInstance> = Api::all(client.clone());
+    let mut current = pi;
+    if let Some(spec) = spec {
+        current = api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "spec": spec })),
+            )
+            .await
+            .map_err(|e| records_error(&name, e))?;
+    }
+    if current.status.as_ref() != Some(&status) {
+        let mut value = serde_json::to_value(&status).unwrap_or_else(|_| json!({}));
+        if let Some(map) = value.as_object_mut() {
+            for field in [
+                "phase",
+                "message",
+                "resources",
+                "ready",
+                "health",
+                "conditions",
+            ] {
+                map.entry(field).or_insert(Value::Null);
+            }
+        }
+        current = api
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "status": value })),
+            )
+            .await
+            .map_err(|e| records_error(&name, e))?;
+    }
+    Ok(current)
 }
 
 fn records_error(name: &str, e: kube::Error) -> EngineError {
