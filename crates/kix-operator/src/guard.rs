@@ -109,9 +109,7 @@ pub async fn settle_quiet(
 ) -> Result<(), ReconcileError> {
     let deleting = kix_engine::prune::deleting_in(plan);
     let fight = crate::fights::condition_message(ctx);
-    let mut before = Vec::new();
-    let written = kix_engine::records::update_status(&ctx.client, &record.name_any(), |status| {
-        before = status.deleting.clone();
+    let settle = |status: &mut ActivationStatus| {
         kix_engine::prune::set_deleting(status, deleting.clone());
         set_condition(status, CONDITION_DELETION_BUDGET, None);
         set_condition(status, CONDITION_CRD_UPGRADE_REFUSED, crds_refused);
@@ -120,6 +118,21 @@ pub async fn settle_quiet(
             crate::fights::CONDITION_DRIFT_FIGHT,
             fight.as_deref(),
         );
+    };
+    // As the operator's watch last saw the record, nothing would change:
+    // an idle re-check neither reads nor writes it (a later change of the
+    // record is seen by the watch, and the next re-check settles it).
+    if let Some(seen) = &record.status {
+        let mut settled = seen.clone();
+        settle(&mut settled);
+        if kix_engine::records::as_written(&settled) == *seen {
+            return Ok(());
+        }
+    }
+    let mut before = Vec::new();
+    let written = kix_engine::records::update_status(&ctx.client, &record.name_any(), |status| {
+        before = status.deleting.clone();
+        settle(status);
     })
     .await?;
     let after = written.status.map(|s| s.deleting).unwrap_or_default();

@@ -72,7 +72,7 @@ struct Args {
     /// records/budget minutes (never more often than --resync-interval),
     /// so upkeep's requests stay bounded; new and changed records and
     /// repairs of drift do not wait for it.
-    #[arg(long, env = "KIX_OPERATOR_RESYNC_BUDGET", default_value_t = 10,
+    #[arg(long, env = "KIX_OPERATOR_RESYNC_BUDGET", default_value_t = 8,
           value_parser = clap::value_parser!(u32).range(1..))]
     resync_budget: u32,
     /// Records reconciled at once: each holds its plan (and its LISTs)
