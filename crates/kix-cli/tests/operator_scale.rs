@@ -128,7 +128,7 @@ async fn objects_an_older_kix_deployed_are_pruned_or_labelled_by_the_next_deploy
     }
     kix_engine::records::update_status(
         &kix.env.client,
-        &first.metadata.name.clone().unwrap(),
+        &first.metadata.name.clone().expect("the record's name"),
         |s| {
             s.conditions
                 .retain(|c| c.type_ != CONDITION_OBJECTS_LABELLED)
