@@ -43,7 +43,13 @@ pub fn init_logging(global: &GlobalArgs) {
             _ => "trace",
         }
     };
-    let filter = EnvFilter::try_from_env("KIX_LOG").unwrap_or_else(|_| EnvFilter::new(level));
+    // kube's client logs each failed request at ERROR; kix reports the
+    // failure itself, once (and a prefetch a bad tree cancels is no failure).
+    let default = match global.verbose {
+        0 | 1 => format!("{level},kube_client=off"),
+        _ => level.to_owned(),
+    };
+    let filter = EnvFilter::try_from_env("KIX_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

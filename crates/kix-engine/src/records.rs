@@ -16,7 +16,12 @@ pub async fn list_all(client: &Client) -> Result<Vec<Activation>> {
     match api.list(&ListParams::default()).await {
         Ok(list) => Ok(list.items),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(vec![]),
-        Err(err) => Err(EngineError::Records(format!("listing activations: {err}"))),
+        // The kube error kept whole: callers tell an apiserver that does not
+        // answer from one that refused (fleet's unreachable, the CLI's hint).
+        Err(source) => Err(EngineError::List {
+            kind: "activations".into(),
+            source,
+        }),
     }
 }
 
@@ -43,10 +48,11 @@ pub async fn list_cluster(client: &Client, cluster: &str) -> Result<Vec<Activati
         match api.list(&ListParams::default().labels(&selector)).await {
             Ok(list) => all.extend(list.items),
             Err(kube::Error::Api(status)) if status.code == 404 => return Ok(vec![]),
-            Err(err) => {
-                return Err(EngineError::Records(format!(
-                    "listing the activations of Kix cluster {cluster:?}: {err}"
-                )));
+            Err(source) => {
+                return Err(EngineError::List {
+                    kind: format!("the activations of Kix cluster {cluster:?}"),
+                    source,
+                });
             }
         }
     }
@@ -443,7 +449,12 @@ pub async fn list_all_required(client: &Client) -> Result<Vec<Activation>> {
         Err(kube::Error::Api(status)) if status.code == 404 => Err(EngineError::Records(format!(
             "{CRDS_MISSING}: listing activations.kix.run answered 404 Not Found"
         ))),
-        Err(err) => Err(EngineError::Records(format!("listing activations: {err}"))),
+        // The kube error kept whole: callers tell an apiserver that does not
+        // answer from one that refused (fleet's unreachable, the CLI's hint).
+        Err(source) => Err(EngineError::List {
+            kind: "activations".into(),
+            source,
+        }),
     }
 }
 
@@ -514,7 +525,12 @@ pub async fn crds_installed(client: &Client) -> Result<bool> {
     match api.list(&ListParams::default().limit(1)).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
-        Err(err) => Err(EngineError::Records(format!("listing activations: {err}"))),
+        // The kube error kept whole: callers tell an apiserver that does not
+        // answer from one that refused (fleet's unreachable, the CLI's hint).
+        Err(source) => Err(EngineError::List {
+            kind: "activations".into(),
+            source,
+        }),
     }
 }
 
