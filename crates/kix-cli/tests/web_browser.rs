@@ -110,7 +110,8 @@ async fn the_cluster_list_shows_phases_and_updates_live_on_a_deploy() {
         "the page showed {} {took:?} after the deploy ended (bound: 2 s)",
         kix.name(2)
     );
-    assert_eq!(text(&page, &phase).await, "Active");
+    // The new record may first show as Applying: its Active comes live too.
+    until(&page, &phase, "Active", Duration::from_secs(10)).await;
     assert_eq!(text(&page, "window.kixMarker").await, "kept", "no reload");
 
     // The history page of the cluster, loaded now, shows both.
