@@ -642,3 +642,15 @@ pub async fn settled(client: &Client, name: &str) -> Activation {
     )
     .await
 }
+
+/// Record `name` once settled, which must be Active (the status shown if not).
+pub async fn active(client: &Client, name: &str) -> Activation {
+    let record = settled(client, name).await;
+    assert_eq!(
+        record.phase(),
+        Some(Phase::Active),
+        "{name}: {:?}",
+        record.status
+    );
+    record
+}
