@@ -23,6 +23,11 @@ pub const API_VERSION: &str = "kix.run/v1alpha1";
 /// Label on Activation and PackageInstance records naming their Kix cluster.
 /// It wins over `spec.cluster` when both are present.
 pub const LABEL_CLUSTER: &str = "kix.run/cluster";
+/// Label on an Activation record putting it in one shard of a sharded
+/// operator (`kix-operator --shards N`): an integer below N. Without it, the
+/// record's shard is a hash of its Kix cluster's name. Give every record of
+/// a Kix cluster the same value (or none).
+pub const LABEL_SHARD: &str = "kix.run/shard";
 /// Standard label on every object kix applies (and on its records).
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Value of [`LABEL_MANAGED_BY`].

@@ -84,6 +84,9 @@ pub struct Context {
     pub upkeep: crate::upkeep::Upkeep,
     /// Fetches and verifies builds, in the operator's store.
     pub fetcher: Arc<kix_nix::Fetcher>,
+    /// With `--shards` above 1: the shards this replica acts on now
+    /// ([`crate::shards`]); None: every record (the leader's).
+    pub shards: Option<Arc<crate::shards::ShardSet>>,
 }
 
 /// The objects of a record the watches saw change, since its last plan.
@@ -203,6 +206,57 @@ pub async fn reconcile(
     {
         return Ok(Action::await_change());
     }
+    let Some(set) = ctx.shards.as_ref() else {
+        return reconcile_record(record, &ctx).await;
+    };
+    let shard = match crate::shard::shard_of(&record, set.count()) {
+        Ok(shard) => shard,
+        // Said on the record by the holder of its Kix cluster's hash shard
+        // only, so one replica writes it.
+        Err(bad) if set.holds(bad.fallback) => return refuse_shard(&ctx, &record, &bad).await,
+        Err(_) => return Ok(Action::await_change()),
+    };
+    // Another replica's record: it reconciles it. Taking the shard
+    // reconciles all its records again ([`crate::shards`]).
+    let Some(_running) = set.enter(shard) else {
+        return Ok(Action::await_change());
+    };
+    tokio::select! {
+        done = reconcile_record(record, &ctx) => done,
+        () = set.lost(shard) => {
+            warn!(shard, "stopped: this replica no longer holds the record's shard");
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// A record whose `kix.run/shard` label names no shard: said on it (once)
+/// and as an Event; nothing else is done until the label changes.
+async fn refuse_shard(
+    ctx: &Context,
+    record: &Activation,
+    bad: &crate::shard::BadShard,
+) -> Result<Action, ReconcileError> {
+    let message = bad.to_string();
+    let said = record.status.as_ref().and_then(|s| s.message.as_deref());
+    if said != Some(message.as_str()) {
+        warn!("{message}");
+        kix_engine::records::update_status(&ctx.client, &record.name_any(), |status| {
+            status.phase.get_or_insert(Phase::Pending);
+            status.message = Some(message.clone());
+        })
+        .await?;
+        event(ctx, record, EventType::Warning, "BadShard", message).await;
+    }
+    Ok(Action::await_change())
+}
+
+/// The reconcile of a record this replica acts on.
+async fn reconcile_record(
+    record: Arc<Activation>,
+    ctx: &Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let ctx = ctx.clone();
     let started = Instant::now();
     let _in_flight = ctx.metrics.started();
     let api: Api<Activation> = Api::all(ctx.client.clone());

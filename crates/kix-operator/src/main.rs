@@ -1,5 +1,6 @@
 //! `kix-operator`: keeps the current `engine: operator` Activation of every Kix
-//! cluster applied. Leader election makes sure one replica applies at a time.
+//! cluster applied. Leader election makes sure one replica applies at a time;
+//! with `--shards N` the records are split among replicas, one Lease per shard.
 //!
 //! # Where things are
 //!
@@ -7,7 +8,8 @@
 //!   through the engine) and the finalizer; `guard.rs`: what keeps an
 //!   Active record's upkeep quiet (budget holds, deletions, status writes);
 //!   `fights.rs`: drift fights; `triggers.rs`: watches on owned objects;
-//!   `tenant.rs`: a tenant's impersonated client; `metrics.rs`, `http.rs`.
+//!   `tenant.rs`: a tenant's impersonated client; `metrics.rs`, `http.rs`;
+//!   `shard.rs`: a record's shard; `shards.rs`: the shard Leases.
 //! - A rule that refuses or holds a change is a gate of the engine
 //!   (`kix_engine::gates`), called here as the CLI calls it; never a check
 //!   of its own. A health rule goes in kix-health.
@@ -18,6 +20,8 @@ mod fights;
 mod guard;
 mod http;
 mod metrics;
+mod shard;
+mod shards;
 mod tenant;
 mod triggers;
 mod upkeep;
@@ -105,6 +109,20 @@ struct Args {
     /// Leader lease duration in seconds.
     #[arg(long, default_value_t = 15)]
     leader_lease_seconds: u64,
+    /// Split the records among the replicas in N shards, each with its own
+    /// Lease (`<leader-lease>-shard-<i>`): each replica takes up to its
+    /// fair share of the shards and acts only on their records. A record's
+    /// shard is its `kix.run/shard` label (0 to N-1), else a hash of its Kix
+    /// cluster's name. 1: one leader for all records (--leader-lease).
+    #[arg(long, env = "KIX_OPERATOR_SHARDS", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    shards: u32,
+    /// Shard Lease duration in seconds (--shards above 1): a killed
+    /// replica's shards are taken over this long after its last renewal; a
+    /// replica stops acting on a shard it could not renew a third of it
+    /// before that.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=3600))]
+    shard_lease_seconds: u64,
     /// An age identity file (as age-keygen writes it) to decrypt the builds'
     /// SOPS-encrypted Secrets with, in memory; repeatable. Not bound to a
     /// tenant: every Kix cluster's builds may use it (a single-team
@@ -342,6 +360,142 @@ fn context(
         fetcher: fetcher.clone(),
         records,
         upkeep: upkeep::Upkeep::new(args.resync_interval, args.resync_budget, upkeep_permits),
+        shards: None,
+    }
+}
+
+/// The controller: one watch of every record (its cache read by the
+/// reconciles, whatever their shard), reconciles on spec, deletion,
+/// finalizer and shard-label changes of records and on owned objects
+/// (`reconcile_on`); never on status writes.
+fn controller(
+    args: &Args,
+    client: &Client,
+    ctx: Arc<Context>,
+    writer: reflector::store::Writer<Activation>,
+    reader: reflector::Store<Activation>,
+    trigger_rx: tokio::sync::mpsc::UnboundedReceiver<reflector::ObjectRef<Activation>>,
+) -> impl std::future::Future<Output = ()> + use<> {
+    let records: Api<Activation> = Api::all(client.clone());
+    let record_changes = watcher::watcher(records, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .filter(triggers::record_changes());
+    let bounded = kube::runtime::controller::Config::default().concurrency(args.concurrency);
+    Controller::for_stream(record_changes, reader)
+        .with_config(bounded)
+        .reconcile_on(UnboundedReceiverStream::new(trigger_rx))
+        .run(controller::reconcile, controller::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                warn!("{err}");
+            }
+        })
+}
+
+/// What a sharded operator runs with, besides the controller's context.
+struct Sharded<'a> {
+    args: &'a Args,
+    identity: &'a str,
+    clients: &'a Arc<Clients>,
+    metrics: &'a Arc<Metrics>,
+    fetcher: &'a Arc<kix_nix::Fetcher>,
+}
+
+/// `--shards` above 1: the shard Leases taken and renewed beside one
+/// controller over every record, which acts on the held shards' records
+/// only. Until `shutdown`; then the reconciles stop first, and the shards
+/// are given back.
+async fn run_sharded(
+    run: Sharded<'_>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let Sharded {
+        args,
+        identity,
+        clients,
+        metrics,
+        fetcher,
+    } = run;
+    let client = clients.own().clone();
+    let set = shards::ShardSet::new(args.shards);
+    let (gained_tx, gained_rx) = unbounded_channel();
+    let elector = shards::Elector::new(
+        shards::LeaseConfig {
+            client: client.clone(),
+            namespace: args.lease_namespace.clone(),
+            base: args.leader_lease.clone(),
+            identity: identity.to_owned(),
+            duration: Duration::from_secs(args.shard_lease_seconds),
+        },
+        set.clone(),
+        gained_tx,
+    );
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let electing = tokio::spawn(elector.run(stop_rx));
+    info!(%identity, shards = args.shards, "sharded: taking a fair share of the shard Leases");
+    let (trigger_tx, trigger_rx) = unbounded_channel();
+    let (reader, writer) = reflector::store();
+    let mut ctx = context(
+        args,
+        identity,
+        clients,
+        metrics,
+        &trigger_tx,
+        fetcher,
+        reader.clone(),
+    );
+    ctx.shards = Some(set.clone());
+    let ctx = Arc::new(ctx);
+    let watches = tokio::spawn(triggers::run(ctx.clone(), trigger_tx.clone()));
+    let gains = tokio::spawn(reconcile_gained(ctx.clone(), gained_rx, trigger_tx));
+    let mut running = Box::pin(controller(args, &client, ctx, writer, reader, trigger_rx));
+    tokio::select! {
+        () = &mut running => error!("controller stopped"),
+        () = shutdown => info!("shutting down"),
+    }
+    // Dropping the controller cancels its reconciles: nothing acts on a
+    // shard once it is given back.
+    drop(running);
+    watches.abort();
+    gains.abort();
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), electing).await;
+    Ok(())
+}
+
+/// Each shard this replica takes: its records are reconciled now, planned
+/// whole (another replica kept them meanwhile). Keeps the `leader` gauge
+/// saying whether any shard is held.
+async fn reconcile_gained(
+    ctx: Arc<Context>,
+    mut gained: tokio::sync::mpsc::UnboundedReceiver<shard::Shard>,
+    trigger: tokio::sync::mpsc::UnboundedSender<reflector::ObjectRef<Activation>>,
+) {
+    let Some(set) = ctx.shards.clone() else {
+        return;
+    };
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(1), gained.recv()).await;
+        let holding = !set.held().is_empty();
+        ctx.metrics.leader.store(holding, Ordering::Relaxed);
+        let shard = match next {
+            Ok(Some(shard)) => shard,
+            Ok(None) => return,
+            Err(_) => continue,
+        };
+        for record in ctx.records.state() {
+            let of = shard::shard_of(&record, set.count()).unwrap_or_else(|bad| bad.fallback);
+            if of != shard {
+                continue;
+            }
+            let name = kube::ResourceExt::name_any(record.as_ref());
+            if let Ok(mut touched) = ctx.touched.lock() {
+                touched.entry(name.clone()).or_default().whole_now = true;
+            }
+            let _ = trigger.send(reflector::ObjectRef::new(&name));
+        }
     }
 }
 
@@ -368,6 +522,16 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("reaching the apiserver")?;
     metrics.ready.store(true, Ordering::Relaxed);
+    if args.shards > 1 {
+        let run = Sharded {
+            args: &args,
+            identity: &identity,
+            clients: &clients,
+            metrics: &metrics,
+            fetcher: &fetcher,
+        };
+        return run_sharded(run, shutdown_signal()).await;
+    }
 
     // Leader election: only the holder of the lease runs the controller.
     let leader = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.leader_lease)
@@ -380,14 +544,7 @@ async fn main() -> anyhow::Result<()> {
         .context("setting up leader election")?;
     let (mut is_leader, lease_task) = leader.watch().await;
 
-    let shutdown = async {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {},
-            _ = async { if let Some(t) = term.as_mut() { t.recv().await; } else { std::future::pending::<()>().await } } => {},
-        }
-    };
+    let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
 
     loop {
@@ -413,24 +570,7 @@ async fn main() -> anyhow::Result<()> {
             reader.clone(),
         ));
         let watches = tokio::spawn(triggers::run(ctx.clone(), trigger_tx));
-        let records: Api<Activation> = Api::all(client.clone());
-        // Reconciles on spec, deletion and finalizer changes of records, and
-        // on owned objects (reconcile_on); never on status writes.
-        let record_changes = watcher::watcher(records, watcher::Config::default())
-            .default_backoff()
-            .reflect(writer)
-            .applied_objects()
-            .filter(triggers::record_changes());
-        let bounded = kube::runtime::controller::Config::default().concurrency(args.concurrency);
-        let controller = Controller::for_stream(record_changes, reader)
-            .with_config(bounded)
-            .reconcile_on(UnboundedReceiverStream::new(trigger_rx))
-            .run(controller::reconcile, controller::error_policy, ctx)
-            .for_each(|result| async move {
-                if let Err(err) = result {
-                    warn!("{err}");
-                }
-            });
+        let controller = controller(&args, &client, ctx, writer, reader, trigger_rx);
         tokio::pin!(controller);
         let lost = async {
             loop {
@@ -451,6 +591,15 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         watches.abort();
+    }
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = async { if let Some(t) = term.as_mut() { t.recv().await; } else { std::future::pending::<()>().await } } => {},
     }
 }
 

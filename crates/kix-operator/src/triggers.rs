@@ -102,9 +102,10 @@ pub async fn run(ctx: Arc<Context>, trigger: UnboundedSender<ObjectRef<Activatio
 }
 
 /// What of a record calls for a reconcile: its spec (generation), its
-/// deletion and its finalizers, never its status. The operator's own status
-/// writes would otherwise start the next reconcile.
-type RecordKey = (Option<i64>, bool, Vec<String>);
+/// deletion, its finalizers and its shard label (which moves it between
+/// the replicas of a sharded operator), never its status. The operator's
+/// own status writes would otherwise start the next reconcile.
+type RecordKey = (Option<i64>, bool, Vec<String>, Option<String>);
 
 fn record_key(record: &Activation) -> RecordKey {
     let meta = &record.metadata;
@@ -112,6 +113,9 @@ fn record_key(record: &Activation) -> RecordKey {
         meta.generation,
         meta.deletion_timestamp.is_some(),
         meta.finalizers.clone().unwrap_or_default(),
+        meta.labels
+            .as_ref()
+            .and_then(|l| l.get(kix_api::labels::LABEL_SHARD).cloned()),
     )
 }
 
