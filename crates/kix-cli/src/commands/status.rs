@@ -1,5 +1,7 @@
 //! `kix status <CLUSTER>`: the current activation, its receipt, and the live
-//! objects by package with their health. Reads only; needs no operator.
+//! objects by package with their health; `kix status --all`: every Kix
+//! cluster you can see, one line each ([`crate::clusters`]). Reads only;
+//! needs no operator.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -12,9 +14,12 @@ use crate::output::{age, json_text, print_stdout};
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// The Kix cluster.
-    pub cluster: String,
-    /// List Ready objects too (by default only their count per package).
+    /// The Kix cluster; none with `--all`: every Kix cluster you can see.
+    #[arg(required_unless_present = "all")]
+    pub cluster: Option<String>,
+    /// Without CLUSTER: every Kix cluster you can see, one line each
+    /// (phase, version, build, age, health). With CLUSTER: list its Ready
+    /// objects too (by default only their count per package).
     #[arg(long, short = 'a')]
     pub all: bool,
     /// Operator mode: the same view (it needs no running operator); reports
@@ -28,19 +33,21 @@ pub struct StatusArgs {
 
 pub async fn exec(args: StatusArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
     let client = crate::kube_client::client(global, None).await?;
+    let Some(cluster) = args.cluster.clone() else {
+        return every_cluster(&client, args.output, global).await;
+    };
     if args.operator && !kix_engine::records::crds_installed(&client).await? {
         match args.output {
             OutputFormat::Json => print_stdout(&json_text(&serde_json::json!({
-                "cluster": args.cluster, "current": null, "reason": "the Activation CRD is not installed"
+                "cluster": cluster, "current": null, "reason": "the Activation CRD is not installed"
             }))?)?,
             OutputFormat::Text => print_stdout(&format!(
-                "Kix cluster {}: no active activation (the Activation CRD is not installed)\n",
-                args.cluster
+                "Kix cluster {cluster}: no active activation (the Activation CRD is not installed)\n"
             ))?,
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let status = kix_engine::status::status(&client, &args.cluster).await?;
+    let status = kix_engine::status::status(&client, &cluster).await?;
     match args.output {
         OutputFormat::Json => print_stdout(&json_text(&status)?)?,
         OutputFormat::Text => print_stdout(&status_text(
@@ -49,6 +56,26 @@ pub async fn exec(args: StatusArgs, global: &GlobalArgs) -> anyhow::Result<ExitC
             crate::render::Style::detect(),
             chrono::Utc::now(),
         ))?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `kix status --all`: a table, or a JSON array; `-v` names the Kix
+/// clusters left out.
+async fn every_cluster(
+    client: &kube::Client,
+    output: OutputFormat,
+    global: &GlobalArgs,
+) -> anyhow::Result<ExitCode> {
+    let (rows, skipped) = crate::clusters::visible(client).await?;
+    if global.verbose > 0 {
+        for s in &skipped {
+            eprintln!("{}", crate::clusters::skipped_line(s));
+        }
+    }
+    match output {
+        OutputFormat::Json => print_stdout(&json_text(&rows)?)?,
+        OutputFormat::Text => print_stdout(&crate::clusters::table(&rows, chrono::Utc::now()))?,
     }
     Ok(ExitCode::SUCCESS)
 }
