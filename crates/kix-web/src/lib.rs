@@ -14,12 +14,14 @@
 //! # Where things are
 //!
 //! - The server, its routes and the shared state: [`server`]; who may see
-//!   what: [`auth`]; the shared watch: `records.rs`; the objects' health,
+//!   what: [`auth`] (`kix ui`'s) and `kube_auth.rs` (the operator's:
+//!   TokenReview and SubjectAccessReview); the shared watch: `records.rs`; the objects' health,
 //!   read once per change of the applied record and paged: `objects.rs`.
 //! - Each page: `pages/<page>.rs`, all through `pages/layout.rs` (maud
 //!   templates: every value interpolated is HTML-escaped).
 
 mod auth;
+mod kube_auth;
 mod objects;
 mod pages;
 mod records;
@@ -27,5 +29,6 @@ pub mod server;
 
 pub use auth::{Authorizer, BoxFuture, CallerCredentials, Denied, Viewer};
 pub use axum::http::HeaderMap;
+pub use kube_auth::{KubeAuthorizer, ProxyHeaders};
 pub use records::Change;
 pub use server::{Web, WebError};
