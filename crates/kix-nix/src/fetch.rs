@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, RwLock};
 
 use kix_manifest::{CacheUrl, PublicKey, STORE_DIR, StorePath};
 use serde::Deserialize;
@@ -210,8 +210,9 @@ pub struct Collected {
     pub bytes: u64,
 }
 
-/// Fetches and verifies records' builds for the operator, one at a time
-/// (a collection never runs while a build is fetched and rooted). A path
+/// Fetches and verifies records' builds for the operator, several at once
+/// (500 Kix clusters' first fetches do not queue behind each other), but a
+/// collection never runs while a build is fetched and rooted. A path
 /// verified once is not re-hashed at every reconcile while it stays in the
 /// store.
 #[derive(Debug)]
@@ -220,8 +221,9 @@ pub struct Fetcher {
     roots: GcRoots,
     substituters: Vec<CacheUrl>,
     trusted_keys: Vec<PublicKey>,
-    /// The paths verified since they were last fetched; held while
-    /// fetching or collecting.
+    /// Held shared while fetching, alone while collecting.
+    gate: RwLock<()>,
+    /// The paths verified since they were last fetched.
     verified: Mutex<BTreeSet<String>>,
 }
 
@@ -250,6 +252,7 @@ impl Fetcher {
             roots,
             substituters,
             trusted_keys,
+            gate: RwLock::new(()),
             verified: Mutex::new(BTreeSet::new()),
         }
     }
@@ -297,14 +300,17 @@ impl Fetcher {
         cluster: &str,
         activation: &str,
     ) -> Result<PathBuf, FetchError> {
-        let mut verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+        let _fetching = self.gate.read().unwrap_or_else(|e| e.into_inner());
+        let verified = || self.verified.lock().unwrap_or_else(|e| e.into_inner());
         let link = self.roots.link(cluster, activation)?;
         let result = self.fetch(path, &link).and_then(|()| {
-            if verified.contains(path.as_str()) {
+            if verified().contains(path.as_str()) {
                 return Ok(());
             }
+            // Unlocked while Nix hashes: a path verified twice at once is
+            // verified twice, nothing worse.
             self.verify(path)?;
-            verified.insert(path.to_string());
+            verified().insert(path.to_string());
             Ok(())
         });
         if let Err(err) = &result {
@@ -417,6 +423,7 @@ impl Fetcher {
         if self.store.own_root().is_none() {
             return Ok(None);
         }
+        let _collecting = self.gate.write().unwrap_or_else(|e| e.into_inner());
         let mut verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
         let dead = NixCommand::new(NIX_STORE)
             .args(self.store.args())
