@@ -416,6 +416,15 @@ in
       type = types.submodule {
         freeformType = with types; attrsOf (nullOr (oneOf [ bool int str (listOf str) ]));
         options."resync-interval" = option types.str "60s" "How often every current record is re-checked in full (--resync-interval).";
+        options."resync-budget" = option (types.nullOr types.ints.positive) null ''
+          Full re-checks of idle Active records per minute, across all records
+          (--resync-budget; null: the operator's default, 8).
+        '';
+        options.shards = option (types.nullOr (types.ints.between 1 1024)) null ''
+          Split the records among operator replicas in this many shards, one
+          Lease each (--shards; null: 1, one leader for every record). Give
+          every replica the same value; see docs/operator.md, Sharding.
+        '';
         options."lease-namespace" = option types.str "kube-system" ''
           Namespace of the leader-election and deploy leases (--lease-namespace);
           kube-system is where `kix deploy` takes its deploy lease too.

@@ -271,7 +271,7 @@ in
   optionDocsDefaultsWithoutStorePaths = eq [ ] (
     map (d: d.name) (builtins.filter (d: has "/nix/store" (builtins.toJSON (d.default or null))) docs)
   );
-  optionDocsCount = eq 42 (builtins.length docs);
+  optionDocsCount = eq 44 (builtins.length docs);
   moduleClusterOptionNames = eq [
     "absent"
     "acceptMigrations"
@@ -307,6 +307,8 @@ in
     settings = {
       "lease-namespace" = "kube-system";
       "resync-interval" = "60s";
+      "resync-budget" = null;
+      shards = null;
     };
     extraArgs = [ ];
     environment = { };
