@@ -10,8 +10,9 @@
 //! - Shared arguments and helpers: `source.rs` (where a build comes from and
 //!   reading it), `args.rs` (confirmation guards, engine options),
 //!   `validation.rs` (the report's lines), `output.rs` (stdout, logging,
-//!   printing a plan), `render.rs` (plan text), `clusters.rs` (`status
-//!   --all`), `progress.rs` and `tui.rs`
+//!   printing a plan), `render.rs` (plan text), `plan_markdown.rs` (a
+//!   plan as a pull request's comment), `clusters.rs` (`status --all`),
+//!   `progress.rs` and `tui.rs`
 //!   (a run's events), `kube_client.rs` (kubeconfig and clients),
 //!   `helm_tests.rs` (running a build's Helm test hooks, `kix test`),
 //!   `commands/operator.rs` (operator mode's records and waits).
@@ -25,6 +26,7 @@ mod commands;
 mod helm_tests;
 mod kube_client;
 mod output;
+mod plan_markdown;
 mod progress;
 #[cfg(test)]
 mod reference;

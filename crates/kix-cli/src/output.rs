@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 use chrono::{DateTime, Utc};
 use tracing_subscriber::EnvFilter;
 
-use crate::commands::{GlobalArgs, LogFormat, OutputFormat};
+use crate::commands::{GlobalArgs, LogFormat, OutputFormat, PlanFormat};
 use crate::render::{Style, plan_text};
 
 /// What `--log-format`, `-v` and `-q` said, for the progress printers.
@@ -225,4 +225,17 @@ pub fn print_plan(
         OutputFormat::Text => print!("{}", plan_text(plan, Style::detect(), show_unchanged)),
     }
     Ok(())
+}
+
+/// The plan on stdout as `kix plan` prints it: text, JSON or Markdown.
+pub fn print_plan_as(
+    plan: &kix_engine::plan::Plan,
+    format: PlanFormat,
+    show_unchanged: bool,
+) -> anyhow::Result<()> {
+    match format {
+        PlanFormat::Text => print_plan(plan, OutputFormat::Text, show_unchanged),
+        PlanFormat::Json => print_plan(plan, OutputFormat::Json, show_unchanged),
+        PlanFormat::Markdown => print_stdout(&crate::plan_markdown::plan_markdown(plan)),
+    }
 }

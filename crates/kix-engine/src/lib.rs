@@ -60,6 +60,7 @@ pub mod lease;
 mod list_stream;
 pub mod live;
 pub mod migrations;
+pub mod offline_plan;
 pub mod operator_record;
 pub mod order;
 pub mod ownership;

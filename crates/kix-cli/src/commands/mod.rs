@@ -78,6 +78,16 @@ pub enum OutputFormat {
     Json,
 }
 
+/// A plan's format on stdout: human text, machine JSON, or Markdown for a
+/// pull request's comment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum PlanFormat {
+    #[default]
+    Text,
+    Json,
+    Markdown,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Build a Kix cluster with Nix and summarise the manifest tree.
