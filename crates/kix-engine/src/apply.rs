@@ -53,10 +53,110 @@ pub(crate) async fn apply_group<'p>(
     planned: &BTreeMap<&'p ObjectKey, &'p PlannedObject>,
     permits: &tokio::sync::Semaphore,
 ) -> (bool, ChangeSet<'p>) {
-    let work = group_work(objects, planned);
-    let (ok, mut changes) = apply_and_wait(stage, group, work.writes, work.to_wait, permits).await;
-    changes.unchanged = work.unchanged;
-    (ok, changes)
+    // Helm hooks: the pre phase, the package's other objects, the post
+    // phase, each hook weight applied and waited for before the next.
+    let split = crate::hooks::split(objects, planned);
+    let mut changes = ChangeSet {
+        unchanged: split.skipped,
+        ..ChangeSet::default()
+    };
+    for batch in &split.pre {
+        if !run_hooks(stage, group, batch, planned, permits, &mut changes).await {
+            return (false, changes);
+        }
+    }
+    let work = group_work(&split.main, planned);
+    let (ok, applied) = apply_and_wait(stage, group, work.writes, work.to_wait, permits).await;
+    changes.merge(applied);
+    changes.unchanged.extend(work.unchanged);
+    if !ok {
+        return (false, changes);
+    }
+    for batch in &split.post {
+        if !run_hooks(stage, group, batch, planned, permits, &mut changes).await {
+            return (false, changes);
+        }
+    }
+    (true, changes)
+}
+
+/// One weight of a hook phase: applied and waited for; then its
+/// `hook-succeeded` or `hook-failed` objects deleted. A hook that failed
+/// fails the group, named with its event, before anything after it.
+async fn run_hooks<'p>(
+    stage: &ApplyStage<'_>,
+    group: &Group,
+    batch: &crate::hooks::Batch<'p>,
+    planned: &BTreeMap<&'p ObjectKey, &'p PlannedObject>,
+    permits: &tokio::sync::Semaphore,
+    changes: &mut ChangeSet<'p>,
+) -> bool {
+    let work = group_work(&batch.objects, planned);
+    let (ok, mut ran) = apply_and_wait(stage, group, work.writes, work.to_wait, permits).await;
+    ran.unchanged.extend(work.unchanged);
+    let done: Vec<&Desired> = batch
+        .objects
+        .iter()
+        .copied()
+        .filter(|d| ok || ran.completed_jobs.contains(&crate::hooks::entry(&d.key)))
+        .collect();
+    if ok {
+        // Succeeded: remembered with its digest, as a completed Job is.
+        for d in &done {
+            let entry = crate::hooks::entry(&d.key);
+            if !ran.completed_jobs.contains(&entry) {
+                ran.completed_jobs.push(entry);
+            }
+        }
+    } else {
+        let failed: Vec<String> = batch
+            .objects
+            .iter()
+            .filter(|d| !done.iter().any(|s| s.key == d.key))
+            .map(|d| crate::hooks::describe(batch.event, &d.key))
+            .collect();
+        ran.failed += 1;
+        ran.messages.insert(
+            0,
+            format!(
+                "{group}: {} failed; nothing after it was applied",
+                failed.join(", ")
+            ),
+        );
+    }
+    for d in &batch.objects {
+        let succeeded = done.iter().any(|s| s.key == d.key);
+        delete_by_policy(stage, d, succeeded).await;
+    }
+    changes.merge(ran);
+    ok
+}
+
+/// `helm.sh/hook-delete-policy` after a hook ran: `hook-succeeded` deletes
+/// it when it succeeded, `hook-failed` when it failed (its Pods with it).
+/// A delete that fails is only logged: the hook's outcome stands.
+async fn delete_by_policy(stage: &ApplyStage<'_>, d: &Desired, succeeded: bool) {
+    use kix_manifest::helm::DeletePolicy;
+    let Some(hook) = d.hook.as_deref() else {
+        return;
+    };
+    let policy = if succeeded {
+        DeletePolicy::HookSucceeded
+    } else {
+        DeletePolicy::HookFailed
+    };
+    if !hook.delete.contains(&policy) {
+        return;
+    }
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..Default::default()
+    };
+    match api_for(stage.client, d).delete(&d.key.name, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(error) => tracing::warn!(%error, "cannot delete Helm hook {}", d.key),
+    }
 }
 
 async fn apply_and_wait<'p>(
@@ -387,7 +487,14 @@ async fn apply_one(
 ) -> std::result::Result<serde_json::Value, String> {
     let client = stage.client;
     let api = api_for(client, d);
-    if p.action == Action::Replace {
+    // A hook created anew (`before-hook-creation`, Helm's default): its
+    // previous object goes first, so its run never collides with it.
+    let recreated_hook = p.action == Action::Create
+        && d.hook.as_deref().is_some_and(|h| {
+            h.delete
+                .contains(&kix_manifest::helm::DeletePolicy::BeforeHookCreation)
+        });
+    if p.action == Action::Replace || recreated_hook {
         delete_for_replace(&api, &d.key.name, stage.timeout).await?;
     }
     // Planned while it was being deleted: created once it is gone.

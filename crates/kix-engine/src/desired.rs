@@ -58,6 +58,9 @@ pub struct Desired {
     /// ([`kix_manifest::secrets::DecryptedValues`]); kix redacts them in
     /// what it prints or stores of the object.
     pub decrypted: Option<Arc<DecryptedValues>>,
+    /// Its Helm hook annotations, when it is a hook ([`crate::hooks`]);
+    /// boxed: most objects are not.
+    pub hook: Option<Box<kix_manifest::helm::Hook>>,
 }
 
 impl Desired {
@@ -249,6 +252,11 @@ fn desired_object(
         digest,
         source: object.source.clone(),
         decrypted: object.decrypted.clone(),
+        // The reader checked the annotations: an error cannot happen here.
+        hook: kix_manifest::helm::hook_of(object)
+            .ok()
+            .flatten()
+            .map(Box::new),
     }
 }
 

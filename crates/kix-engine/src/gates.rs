@@ -397,6 +397,16 @@ pub fn completed_entry(key: &ObjectKey) -> String {
     )
 }
 
+/// The entry in [`CompletedJobs`] of a Job or a Helm hook of any other
+/// kind that succeeded (its key).
+pub fn run_entry(key: &ObjectKey) -> String {
+    if key.group_kind() == group_kind::JOB {
+        completed_entry(key)
+    } else {
+        key.to_string()
+    }
+}
+
 /// Jobs run once per build: a Job that completed with this digest is held
 /// (neither created again nor waited for). A changed Job runs again.
 pub fn ran_once(completed: &CompletedJobs, key: &ObjectKey, digest: &str) -> bool {

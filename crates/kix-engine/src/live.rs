@@ -268,6 +268,7 @@ impl Wanted for KixAnnotations {
         ANNOTATION_ACTIVATIONS,
         ANNOTATION_PRUNE,
         kix_manifest::helm::RESOURCE_POLICY,
+        kix_manifest::helm::HOOK,
     ];
 }
 
@@ -429,6 +430,8 @@ fn to_live(meta: LeanMeta, resource: &Arc<ApiResource>, namespaced: bool) -> Liv
             Some(crate::plan_object::NOTE_PRUNE_DISABLED)
         } else if kix_manifest::helm::keeps(annotation(kix_manifest::helm::RESOURCE_POLICY)) {
             Some(crate::plan_object::NOTE_HELM_KEEP)
+        } else if annotation(kix_manifest::helm::HOOK).is_some() {
+            Some(crate::plan_object::NOTE_HELM_HOOK)
         } else {
             None
         },

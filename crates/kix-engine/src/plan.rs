@@ -161,7 +161,7 @@ pub async fn plan_prefetched(
     });
     let checked = dry_run_all(client, first_pass, &desired, &observed, &ctx, options).await?;
     let mut packages = by_package(build, checked);
-    let migrations = migrations_crossed(client, build, &mut packages, &ctx).await?;
+    let migrations = crossed_and_hooks(client, build, &desired, &mut packages, &ctx).await?;
     let crd_upgrades = crate::crd_upgrade::analyse(
         client,
         &desired,
@@ -226,6 +226,9 @@ struct Ctx {
     labelled: bool,
     /// The label selector its objects are listed with ([`objects_selector`]).
     selector: String,
+    /// A scoped plan's objects (the operator's repairs): no other hook's
+    /// plan is touched.
+    only: Option<BTreeSet<ObjectKey>>,
 }
 
 impl Ctx {
@@ -249,6 +252,7 @@ impl Ctx {
             completed_jobs: crate::health::completed::of_cluster(all_records, cluster),
             labelled,
             selector: objects_selector(cluster, labelled),
+            only: options.only.clone(),
         }
     }
 
@@ -741,17 +745,45 @@ fn by_package(build: &Build, checked: Vec<PlannedObject>) -> Vec<PackagePlan> {
 }
 
 /// Migrations crossed from the installed versions (PackageInstance records);
-/// objects a migration recreates become replaces.
-async fn migrations_crossed(
+/// objects a migration recreates become replaces. Then the Helm hooks the
+/// deploy runs, by the same records ([`mark_hooks`]).
+async fn crossed_and_hooks(
     client: &Client,
     build: &Build,
+    desired: &[Desired],
     packages: &mut [PackagePlan],
     ctx: &Ctx,
 ) -> Result<Vec<crate::migrations::PlannedMigration>> {
     let instances = records::package_instances(client, &ctx.cluster).await?;
     let migrations = crate::migrations::crossed(build, &instances);
     crate::migrations::mark_objects(packages, &migrations, &ctx.activation, |a| ctx.mine(a));
+    mark_hooks(packages, desired, &instances, ctx);
     Ok(migrations)
+}
+
+/// Which of the build's Helm hooks the deploy runs, and in which phase
+/// ([`crate::hooks`]): a package with an installed PackageInstance is
+/// upgraded, any other installed.
+fn mark_hooks(
+    packages: &mut [PackagePlan],
+    desired: &[Desired],
+    instances: &[kix_api::PackageInstance],
+    ctx: &Ctx,
+) {
+    let installed: BTreeSet<String> = instances
+        .iter()
+        .filter(|pi| crate::packages::installed_version(pi).is_some())
+        .map(|pi| pi.spec.package.clone())
+        .collect();
+    let mine = |a: &str| ctx.mine(a);
+    let hooks = crate::hooks::Context {
+        installed: &installed,
+        completed: &ctx.completed_jobs,
+        only: ctx.only.as_ref(),
+        activation: &ctx.activation,
+        mine: &mine,
+    };
+    crate::hooks::mark(packages, desired, &hooks);
 }
 
 /// What the build dropped, in reverse apply order: this cluster's objects

@@ -123,6 +123,9 @@ pub const NOTE_SHARED: &str =
 pub const NOTE_PRUNE_DISABLED: &str = "annotated kix.run/prune: disabled";
 /// An object Helm's release would keep: prune keeps it too.
 pub const NOTE_HELM_KEEP: &str = "annotated helm.sh/resource-policy: keep";
+/// A Helm hook the build dropped: Helm never tracks hooks as a release's
+/// objects, so kix leaves it where a run left it.
+pub const NOTE_HELM_HOOK: &str = "a Helm hook: never pruned";
 /// Prefix of the note of an object `--reconcile` found drifted from the build
 /// it was applied from. Its re-apply takes the drifted fields back from
 /// whichever manager changed them (server-side apply force): undoing

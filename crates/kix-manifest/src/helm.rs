@@ -33,6 +33,22 @@ pub enum HookEvent {
     Test,
 }
 
+impl HookEvent {
+    /// The event as `helm.sh/hook` names it (`test` for every test event).
+    pub fn name(self) -> &'static str {
+        EVENTS
+            .iter()
+            .find(|(_, event)| *event == self)
+            .map_or("test", |(name, _)| name)
+    }
+}
+
+impl fmt::Display for HookEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 const EVENTS: [(&str, HookEvent); 11] = [
     ("pre-install", HookEvent::PreInstall),
     ("post-install", HookEvent::PostInstall),
@@ -206,6 +222,7 @@ mod tests {
             ])
         );
         assert!(!hook.is_test());
+        assert_eq!(HookEvent::PreUpgrade.to_string(), "pre-upgrade");
     }
 
     #[test]

@@ -25,7 +25,6 @@ pub const ANNOTATION_COMPLETED_JOBS: &str = "kix.run/completed-jobs";
 pub const NOTE_COMPLETED: &str = "completed";
 
 pub use crate::gates::CompletedJobs;
-use crate::gates::completed_entry as entry;
 
 pub fn is_job(key: &ObjectKey) -> bool {
     key.group_kind() == kix_manifest::group_kind::JOB
@@ -70,29 +69,42 @@ pub async fn remember(
     all_healthy: bool,
     seen_complete: &[String],
 ) -> Result<(), kube::Error> {
+    let hooks: std::collections::BTreeSet<&ObjectKey> = plan
+        .desired
+        .iter()
+        .filter(|d| d.hook.is_some())
+        .map(|d| &d.key)
+        .collect();
     let planned: BTreeMap<&ObjectKey, (Action, Option<&str>)> = plan
         .packages
         .iter()
         .flat_map(|p| &p.objects)
-        .filter(|p| is_job(&p.key))
+        .filter(|p| is_job(&p.key) || hooks.contains(&p.key))
         .map(|p| (&p.key, (p.action, p.note.as_deref())))
         .collect();
     if planned.is_empty() {
         return Ok(());
     }
     let mut completed = CompletedJobs::new();
-    for d in plan.desired.iter().filter(|d| is_job(&d.key)) {
+    let remembered = plan.desired.iter().filter(|d| planned.contains_key(&d.key));
+    for d in remembered {
         let left_alone = planned
             .get(&d.key)
             .is_some_and(|(action, note)| is_completed(*action, *note));
-        let suspended =
-            d.manifest().pointer("/spec/suspend") == Some(&serde_json::Value::Bool(true));
-        let seen = seen_complete.contains(&entry(&d.key));
-        let done = left_alone
-            || (all_healthy && !suspended)
-            || (!all_healthy && (seen || job_complete(client, &d.key).await?));
+        let seen = seen_complete.contains(&crate::gates::run_entry(&d.key));
+        // A hook succeeded when its phase saw it so: one the deploy did not
+        // run (another event's) is not remembered as run.
+        let done = if d.hook.is_some() {
+            left_alone || seen
+        } else {
+            let suspended =
+                d.manifest().pointer("/spec/suspend") == Some(&serde_json::Value::Bool(true));
+            left_alone
+                || (all_healthy && !suspended)
+                || (!all_healthy && (seen || job_complete(client, &d.key).await?))
+        };
         if done {
-            completed.insert(entry(&d.key), d.digest.clone());
+            completed.insert(crate::gates::run_entry(&d.key), d.digest.clone());
         }
     }
     let records: Api<Activation> = Api::all(client.clone());

@@ -1,0 +1,271 @@
+//! Helm's hook phases (#47, point 3): a chart's `pre-install`/`pre-upgrade`
+//! hooks run before the package's other objects, one `helm.sh/hook-weight`
+//! after the other, and `post-install`/`post-upgrade` hooks once they are
+//! healthy; `helm.sh/hook-delete-policy` is honoured; each hook runs once
+//! for its content; a failing hook stops the deploy before anything after
+//! it, and the record names it. The manifests are what `helm template`
+//! writes; hooks are Jobs, whose Pods KWOK completes, and a Job whose Pod
+//! no node takes fails by its `activeDeadlineSeconds`.
+
+mod cli_support;
+
+use std::time::{Duration, Instant};
+
+use cli_support::{Kix, configmap};
+
+/// A hook Job as a chart renders it. `fails`: its Pod is never scheduled,
+/// so the Job controller fails it after 2 s (DeadlineExceeded).
+fn hook(
+    name: &str,
+    events: &str,
+    weight: i64,
+    policy: Option<&str>,
+    arg: &str,
+    fails: bool,
+) -> String {
+    let policy = policy
+        .map(|p| format!("    helm.sh/hook-delete-policy: {p}\n"))
+        .unwrap_or_default();
+    let (deadline, placement) = if fails {
+        (
+            "  activeDeadlineSeconds: 2\n",
+            "      nodeSelector: {kix-test: nowhere}\n",
+        )
+    } else {
+        ("", "")
+    };
+    format!(
+        "---\napiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {name}\n  annotations:\n\
+         \x20   helm.sh/hook: {events}\n    helm.sh/hook-weight: \"{weight}\"\n{policy}\
+         spec:\n  backoffLimit: 0\n{deadline}  template:\n    spec:\n      restartPolicy: Never\n\
+         {placement}      containers: [{{name: hook, image: busybox, args: [\"{arg}\"]}}]\n"
+    )
+}
+
+/// The live Job `name`, or None.
+fn job(kix: &Kix, name: &str) -> Option<serde_json::Value> {
+    let out =
+        kix_testkit::kubectl_output(&["get", "job", "-n", kix.ns(), name, "-o", "json"]).ok()?;
+    serde_json::from_str(&out).ok()
+}
+
+fn uid(object: &serde_json::Value) -> String {
+    object["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Polls until the Job `name` is gone (its delete runs in the background);
+/// false after 60 s.
+fn gone(kix: &Kix, name: &str) -> bool {
+    let until = Instant::now() + Duration::from_secs(60);
+    while job(kix, name).is_some() {
+        if Instant::now() > until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    true
+}
+
+/// Where `needle` first appears in `text`, or a failure naming it.
+#[track_caller]
+fn at(text: &str, needle: &str) -> usize {
+    text.find(needle)
+        .unwrap_or_else(|| panic!("{needle:?} is not in the output:\n{text}"))
+}
+
+#[tokio::test]
+async fn pre_install_hooks_run_by_weight_before_the_package_and_post_install_after_it() {
+    let kix = Kix::new("hooks-order").await;
+    // Written in the wrong order on purpose: the weights and phases decide.
+    let objects = hook("notify", "post-install", 0, None, "notify", false)
+        + &hook("migrate-b", "pre-install", 5, None, "b", false)
+        + &hook("migrate-a", "pre-install,pre-upgrade", -1, None, "a", false)
+        + &configmap("settings", "1");
+    let tree = kix.tree("v1", &objects, serde_json::json!({}));
+    let path = tree.to_str().expect("utf-8");
+
+    // The plan lists the hooks as they will run, each with its phase.
+    let plan = kix.kix(&["plan", kix.cluster(), "--path", path]).ok();
+    let notes = [
+        "migrate-a [Helm hook pre-install, weight -1]",
+        "migrate-b [Helm hook pre-install, weight 5]",
+        "settings\n",
+        "notify [Helm hook post-install, weight 0]",
+    ]
+    .map(|note| at(&plan.stdout, note));
+    assert!(notes.is_sorted(), "{}", plan.stdout);
+
+    let deployed = kix.deploy(&tree, &["-v", "--timeout", "120s"]).ok();
+    let out = format!("{}{}", deployed.stdout, deployed.stderr);
+    // What was applied, after the plan the deploy printed.
+    let out = &out[at(&out, "recorded activation")..];
+    let ns = kix.ns();
+    let a = at(&out, &format!("Job.batch {ns}/migrate-a"));
+    let b = at(&out, &format!("Job.batch {ns}/migrate-b"));
+    let settings = at(&out, &format!("ConfigMap {ns}/settings"));
+    let notify = at(&out, &format!("Job.batch {ns}/notify"));
+    assert!(
+        a < b && b < settings && settings < notify,
+        "applied in the order weight -1, weight 5, the package, post-install:\n{out}"
+    );
+    // The cluster agrees: each hook had completed when the next was made.
+    let created = |name: &str| -> String {
+        kix.kubectl(&[
+            "get",
+            "-n",
+            ns,
+            name,
+            "-o",
+            "jsonpath={.metadata.creationTimestamp}",
+        ])
+    };
+    let completed = |name: &str| -> String {
+        job(&kix, name).expect("the hook Job stays (before-hook-creation)")["status"]
+            ["completionTime"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(!completed("migrate-a").is_empty() && !completed("notify").is_empty());
+    assert!(completed("migrate-a") <= created("job/migrate-b"));
+    assert!(completed("migrate-b") <= created("configmap/settings"));
+    assert!(created("configmap/settings") <= created("job/notify"));
+}
+
+#[tokio::test]
+async fn hook_succeeded_removes_the_job_and_the_same_build_does_not_run_it_again() {
+    let kix = Kix::new("hooks-once").await;
+    let objects = hook(
+        "setup",
+        "pre-install",
+        0,
+        Some("hook-succeeded"),
+        "x",
+        false,
+    ) + &configmap("settings", "1");
+    let tree = kix.tree("v1", &objects, serde_json::json!({}));
+    kix.deploy(&tree, &["--timeout", "120s"]).ok();
+    assert!(
+        gone(&kix, "setup"),
+        "hook-succeeded deletes the hook Job once it completed"
+    );
+    assert!(kix.configmap("settings").is_some());
+
+    // The same build again: the hook ran for this content, nothing to do.
+    let again = kix.deploy(&tree, &["--timeout", "120s"]).ok();
+    assert!(
+        again.stdout.contains("nothing to do"),
+        "a redeploy of the same build runs no hook: {}{}",
+        again.stdout,
+        again.stderr
+    );
+    assert!(job(&kix, "setup").is_none(), "the hook was not run again");
+}
+
+#[tokio::test]
+async fn before_hook_creation_recreates_a_changed_hook_on_the_next_build() {
+    let kix = Kix::new("hooks-recreate").await;
+    let v1 = kix.tree(
+        "v1",
+        &(hook("migrate", "pre-install,pre-upgrade", 0, None, "v1", false)
+            + &configmap("settings", "1")),
+        serde_json::json!({}),
+    );
+    kix.deploy(&v1, &["--timeout", "120s"]).ok();
+    let first = job(&kix, "migrate").expect("the hook Job stays after it ran");
+
+    // A changed hook in the next build: its previous run is deleted and it
+    // runs again, never colliding with it (nor needing a replace's consent).
+    let v2 = kix.tree(
+        "v2",
+        &(hook("migrate", "pre-install,pre-upgrade", 0, None, "v2", false)
+            + &configmap("settings", "2")),
+        serde_json::json!({}),
+    );
+    let path = v2.to_str().expect("utf-8");
+    let plan = kix
+        .kix(&["plan", kix.cluster(), "--path", path, "-o", "json"])
+        .ok();
+    let plan = plan.json();
+    let planned = plan["packages"][0]["objects"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .find(|o| o["key"]["name"] == "migrate")
+        .cloned()
+        .expect("the hook is planned");
+    assert_eq!(planned["action"], "create", "{planned}");
+    assert_eq!(
+        planned["note"], "Helm hook pre-upgrade, weight 0: recreated (before-hook-creation)",
+        "{planned}"
+    );
+    let deployed = kix.deploy(&v2, &["--timeout", "120s"]);
+    assert_eq!(
+        deployed.code,
+        Some(0),
+        "{}{}",
+        deployed.stdout,
+        deployed.stderr
+    );
+    let second = job(&kix, "migrate").expect("the new run stays");
+    assert_ne!(uid(&first), uid(&second), "a new Job ran");
+    assert_eq!(
+        second["spec"]["template"]["spec"]["containers"][0]["args"][0],
+        "v2"
+    );
+    assert!(second["status"]["completionTime"].is_string(), "{second}");
+}
+
+#[tokio::test]
+async fn a_failing_pre_upgrade_hook_changes_nothing_after_it_and_the_record_names_it() {
+    let kix = Kix::new("hooks-fail").await;
+    let check = |arg| hook("check", "pre-upgrade", 0, Some("hook-failed"), arg, true);
+    let v1 = kix.tree(
+        "v1",
+        &(check("v1") + &configmap("settings", "1")),
+        serde_json::json!({}),
+    );
+    // Installing: a pre-upgrade hook does not run.
+    kix.deploy(&v1, &["--timeout", "120s"]).ok();
+    assert!(
+        job(&kix, "check").is_none(),
+        "a pre-upgrade hook does not run on install"
+    );
+    let before = kix.configmap("settings").expect("settings");
+
+    let v2 = kix.tree(
+        "v2",
+        &(check("v2") + &configmap("settings", "2")),
+        serde_json::json!({}),
+    );
+    let failed = kix.deploy(&v2, &["--timeout", "120s"]);
+    assert_eq!(failed.code, Some(1), "{}{}", failed.stdout, failed.stderr);
+    let after = kix.configmap("settings").expect("settings");
+    assert_eq!(
+        after["data"]["v"], "1",
+        "the package's objects are as they were"
+    );
+    assert_eq!(uid(&after), uid(&before));
+    assert_eq!(
+        after["metadata"]["resourceVersion"],
+        before["metadata"]["resourceVersion"]
+    );
+
+    let records = kix.records().await;
+    let record = records.last().expect("the failed deploy's record");
+    let status = record.status.as_ref().expect("status");
+    assert_eq!(status.phase, Some(kix_api::Phase::Failed));
+    let message = status.message.clone().unwrap_or_default();
+    let named = format!("Helm hook pre-upgrade Job.batch {}/check failed", kix.ns());
+    assert!(
+        message.contains(&named),
+        "the record names the hook: {message}"
+    );
+    assert!(
+        gone(&kix, "check"),
+        "hook-failed deletes the failed hook Job"
+    );
+}
