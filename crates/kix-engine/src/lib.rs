@@ -56,6 +56,7 @@ pub mod events;
 pub mod gates;
 pub mod gc;
 pub mod health;
+pub mod hooks;
 pub mod lease;
 mod list_stream;
 pub mod live;
