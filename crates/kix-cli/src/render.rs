@@ -56,6 +56,10 @@ pub fn plan_text(plan: &Plan, style: Style, show_unchanged: bool) -> String {
         (Some(name), Some(path)) => {
             let _ = writeln!(out, "current activation: {name} ({path})");
         }
+        // `kix plan --against STORE-PATH`: a build, no record.
+        (None, Some(path)) => {
+            let _ = writeln!(out, "planned against: {path} (offline, no cluster read)");
+        }
         _ => {
             let _ = writeln!(out, "current activation: none");
         }

@@ -140,6 +140,13 @@ async fn an_offline_plan_against_the_deployed_build_is_the_live_plan() {
         .ok();
     assert!(kix.configmap("added").is_some() && kix.configmap("removed").is_none());
 
+    let text = offline(&["--against", &path_a]).stdout;
+    assert!(
+        text.contains(&format!(
+            "planned against: {path_a} (offline, no cluster read)"
+        )),
+        "{text}"
+    );
     markdown(
         &offline(&["--against", &path_a, "--format", "markdown"]).stdout,
         kix.cluster(),
