@@ -8,7 +8,7 @@
 //! apiserver's audit log (each replica's requests carry its identity in
 //! their User-Agent), no record and no object of a record was written by
 //! both replicas in overlapping time. A record whose label names no shard
-//! says so on its status.
+//! says so on its status; the killed replica's member Lease is deleted.
 
 mod common;
 
@@ -182,6 +182,30 @@ async fn two_replicas_split_the_records_and_one_takes_over_when_the_other_is_kil
             );
         }
     }
+    // a's member Lease is deleted by b (three Lease durations unchanged):
+    // killed replicas leave none behind.
+    let member_prefix = format!("{lease}-member-");
+    common::poll(
+        "replica b to delete the killed replica's member Lease",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            let (leases, prefix, id) = (leases.clone(), member_prefix.clone(), ids[0].clone());
+            async move {
+                let list = leases.list(&ListParams::default()).await.ok()?;
+                let left = list.items.iter().any(|l| {
+                    l.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with(&prefix))
+                        && l.spec.as_ref().and_then(|s| s.holder_identity.as_deref())
+                            == Some(id.as_str())
+                });
+                (!left).then_some(())
+            }
+        },
+    )
+    .await;
     drop(b);
 }
 

@@ -29,7 +29,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use tokio::sync::{mpsc::UnboundedSender, oneshot, watch};
 use tracing::{info, warn};
 
@@ -229,6 +229,7 @@ impl Elector {
             self.renew(shard).await;
         }
         let live = self.live_members(&leases, now);
+        self.collect_gone_members(&leases, now).await;
         let fair = self.set.count().div_ceil(live.max(1)) as usize;
         let held = self.set.held();
         if held.len() > fair {
@@ -280,6 +281,12 @@ impl Elector {
     }
 
     fn observe(&mut self, leases: &[Lease], now: Instant) {
+        // Bounded: only the Leases listed now are remembered.
+        self.seen.retain(|name, _| {
+            leases
+                .iter()
+                .any(|l| l.metadata.name.as_deref() == Some(name))
+        });
         for lease in leases {
             let (Some(name), Some(version)) =
                 (&lease.metadata.name, &lease.metadata.resource_version)
@@ -331,6 +338,40 @@ impl Elector {
             .filter(|l| !holder_of(l).is_empty() && !self.expired(l, now))
             .count();
         u32::try_from(others + 1).unwrap_or(u32::MAX)
+    }
+
+    /// Deletes the member Leases of replicas gone without SIGTERM (killed,
+    /// their node lost), unchanged for three durations, at the version
+    /// seen: new replica names (a Deployment's pods) do not pile them up.
+    async fn collect_gone_members(&self, leases: &[Lease], now: Instant) {
+        let gone = self.config.duration * 3;
+        for lease in leases.iter().filter(|l| role_of(l) == "member") {
+            let (Some(name), Some(version)) =
+                (&lease.metadata.name, &lease.metadata.resource_version)
+            else {
+                continue;
+            };
+            if self
+                .seen
+                .get(name)
+                .is_none_or(|seen| now.duration_since(seen.since) < gone)
+            {
+                continue;
+            }
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: Some(version.clone()),
+                    uid: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match self.api.delete(name, &params).await {
+                Ok(_) => {
+                    info!(lease = %name, holder = holder_of(lease), "deleted the member Lease of a replica gone")
+                }
+                Err(err) => warn!("deleting the member Lease {name} of a replica gone: {err}"),
+            }
+        }
     }
 
     /// Creates or renews this replica's member Lease.
