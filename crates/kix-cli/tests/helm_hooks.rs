@@ -103,10 +103,10 @@ async fn pre_install_hooks_run_by_weight_before_the_package_and_post_install_aft
     // What was applied, after the plan the deploy printed.
     let out = &out[at(&out, "recorded activation")..];
     let ns = kix.ns();
-    let a = at(&out, &format!("Job.batch {ns}/migrate-a"));
-    let b = at(&out, &format!("Job.batch {ns}/migrate-b"));
-    let settings = at(&out, &format!("ConfigMap {ns}/settings"));
-    let notify = at(&out, &format!("Job.batch {ns}/notify"));
+    let a = at(out, &format!("Job.batch {ns}/migrate-a"));
+    let b = at(out, &format!("Job.batch {ns}/migrate-b"));
+    let settings = at(out, &format!("ConfigMap {ns}/settings"));
+    let notify = at(out, &format!("Job.batch {ns}/notify"));
     assert!(
         a < b && b < settings && settings < notify,
         "applied in the order weight -1, weight 5, the package, post-install:\n{out}"
