@@ -66,6 +66,17 @@ struct Args {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_addr: SocketAddr,
+    /// Serve the read-only web view on this address (e.g. 0.0.0.0:8081);
+    /// every replica serves it, leader or not. A viewer sends a bearer
+    /// token the apiserver accepts (TokenReview) and sees the records a
+    /// SubjectAccessReview lets them read. Default: not served.
+    #[arg(long, value_name = "ADDR")]
+    web_addr: Option<SocketAddr>,
+    /// With --web-addr, also take the viewer from an authenticating proxy's
+    /// headers (USER-HEADER,GROUP-HEADER, e.g. X-Remote-User,X-Remote-Group):
+    /// only where nothing but that proxy can reach --web-addr.
+    #[arg(long, value_name = "USER,GROUP", requires = "web_addr", value_parser = proxy_headers)]
+    web_proxy_headers: Option<kix_web::ProxyHeaders>,
     /// The least time between two full re-checks of an Active record,
     /// besides the watches on owned objects, which repair drift at once
     /// (e.g. 60s, 5m).
@@ -499,6 +510,44 @@ async fn reconcile_gained(
     }
 }
 
+/// `--web-proxy-headers USER,GROUP`.
+fn proxy_headers(value: &str) -> Result<kix_web::ProxyHeaders, String> {
+    match value.split_once(',') {
+        Some((user, groups)) if !user.trim().is_empty() && !groups.trim().is_empty() => {
+            Ok(kix_web::ProxyHeaders {
+                user: user.trim().to_string(),
+                groups: groups.trim().to_string(),
+            })
+        }
+        _ => Err("expected USER-HEADER,GROUP-HEADER, e.g. X-Remote-User,X-Remote-Group".into()),
+    }
+}
+
+/// The web view on `addr`, reading with the operator's own client and
+/// asking the apiserver who may see what.
+async fn serve_web(
+    addr: SocketAddr,
+    client: kube::Client,
+    proxy: Option<kix_web::ProxyHeaders>,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding --web-addr {addr}"))?;
+    let bound = listener.local_addr().context("the web view's address")?;
+    let mut authorizer = kix_web::KubeAuthorizer::new(client.clone());
+    if let Some(proxy) = proxy {
+        authorizer = authorizer.trusting_proxy(proxy);
+    }
+    let web = kix_web::Web::new(client, Arc::new(authorizer));
+    tokio::spawn(async move {
+        if let Err(e) = web.serve(listener).await {
+            tracing::error!("the web view stopped: {e}");
+        }
+    });
+    info!(addr = %bound, "serving the web view on http://{bound}/");
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -517,6 +566,9 @@ async fn main() -> anyhow::Result<()> {
     let addr = http::serve_on_own_thread(args.metrics_addr, metrics.clone())
         .with_context(|| format!("binding {}", args.metrics_addr))?;
     info!(%addr, "serving /metrics, /healthz, /readyz");
+    if let Some(web_addr) = args.web_addr {
+        serve_web(web_addr, client.clone(), args.web_proxy_headers.clone()).await?;
+    }
     client
         .apiserver_version()
         .await
