@@ -18,8 +18,10 @@
 //! [`deliver`] retries what may succeed later (connection errors, 5xx,
 //! 429) with exponential backoff and gives up on what will not (other
 //! 4xx). Exactly-once across restarts is the caller's: the operator records
-//! what was sent on the record before it is sent again.
+//! what was sent on the record before it is sent again. Which notices go
+//! where is an alerts file ([`Alerts`]), its credentials Secret keys.
 
+mod config;
 mod payload;
 
 use std::fmt;
@@ -27,6 +29,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use config::{Alert, Alerts, ConfigError, SecretKey, TargetSpec};
 pub use payload::{Request, request};
 
 /// What happened to a record.
