@@ -183,11 +183,15 @@ impl Elector {
     /// then every shard is given back and the member Lease deleted.
     pub async fn run(mut self, mut stop: oneshot::Receiver<()>) {
         loop {
+            // Every third of the duration from the last round's start, not
+            // its end: a slow round (a starved process) does not push the
+            // next renewal past the renew deadline.
+            let next = tokio::time::Instant::now() + self.config.duration / 3;
             if let Err(err) = self.step().await {
                 warn!(namespace = %self.config.namespace, "shard Leases: {err}");
             }
             tokio::select! {
-                () = tokio::time::sleep(self.config.duration / 3) => {}
+                () = tokio::time::sleep_until(next) => {}
                 _ = &mut stop => break,
             }
         }
@@ -213,9 +217,13 @@ impl Elector {
         format!("{}-member-{hash}", self.config.base)
     }
 
-    /// One round: read the Leases, renew, then take or give back shards.
+    /// One round: renew the held shards first (from the Leases as last
+    /// written), read the Leases, then take or give back shards.
     async fn step(&mut self) -> Result<(), kube::Error> {
         self.forget_expired();
+        for shard in self.set.held() {
+            self.renew(shard).await;
+        }
         let selector = format!("{LABEL_LEASES}={}", label_value(&self.config.base));
         let leases = self
             .api
@@ -225,9 +233,6 @@ impl Elector {
         let now = Instant::now();
         self.observe(&leases, now);
         self.keep_member(&leases).await;
-        for shard in self.set.held() {
-            self.renew(shard).await;
-        }
         let live = self.live_members(&leases, now);
         self.collect_gone_members(&leases, now).await;
         let fair = self.set.count().div_ceil(live.max(1)) as usize;
