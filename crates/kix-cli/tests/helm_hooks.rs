@@ -138,14 +138,26 @@ async fn pre_install_hooks_run_by_weight_before_the_package_and_post_install_aft
 #[tokio::test]
 async fn hook_succeeded_removes_the_job_and_the_same_build_does_not_run_it_again() {
     let kix = Kix::new("hooks-once").await;
-    let objects = hook(
-        "setup",
-        "pre-install",
-        0,
-        Some("hook-succeeded"),
-        "x",
-        false,
-    ) + &configmap("settings", "1");
+    // The Job runs as a ServiceAccount that is a hook of a lower weight:
+    // hook-succeeded deletes it once the whole phase succeeded, not before
+    // the Job that needs it ran (as Helm does).
+    let account = "---\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: hook-sa\n  annotations:\n\
+                   \x20   helm.sh/hook: pre-install\n    helm.sh/hook-weight: \"-1\"\n\
+                   \x20   helm.sh/hook-delete-policy: hook-succeeded\n";
+    let objects = account.to_owned()
+        + &hook(
+            "setup",
+            "pre-install",
+            0,
+            Some("hook-succeeded"),
+            "x",
+            false,
+        )
+        .replace(
+            "restartPolicy: Never\n",
+            "restartPolicy: Never\n      serviceAccountName: hook-sa\n",
+        )
+        + &configmap("settings", "1");
     let tree = kix.tree("v1", &objects, serde_json::json!({}));
     kix.deploy(&tree, &["--timeout", "120s"]).ok();
     assert!(
@@ -153,6 +165,12 @@ async fn hook_succeeded_removes_the_job_and_the_same_build_does_not_run_it_again
         "hook-succeeded deletes the hook Job once it completed"
     );
     assert!(kix.configmap("settings").is_some());
+    let account =
+        kix_testkit::kubectl_output(&["get", "serviceaccount", "-n", kix.ns(), "hook-sa"]);
+    assert!(
+        account.is_err(),
+        "hook-succeeded deletes the ServiceAccount hook too"
+    );
 
     // The same build again: the hook ran for this content, nothing to do.
     let again = kix.deploy(&tree, &["--timeout", "120s"]).ok();

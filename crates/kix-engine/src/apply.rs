@@ -60,10 +60,8 @@ pub(crate) async fn apply_group<'p>(
         unchanged: split.skipped,
         ..ChangeSet::default()
     };
-    for batch in &split.pre {
-        if !run_hooks(stage, group, batch, planned, permits, &mut changes).await {
-            return (false, changes);
-        }
+    if !run_phase(stage, group, &split.pre, planned, permits, &mut changes).await {
+        return (false, changes);
     }
     let work = group_work(&split.main, planned);
     let (ok, applied) = apply_and_wait(stage, group, work.writes, work.to_wait, permits).await;
@@ -72,16 +70,34 @@ pub(crate) async fn apply_group<'p>(
     if !ok {
         return (false, changes);
     }
-    for batch in &split.post {
-        if !run_hooks(stage, group, batch, planned, permits, &mut changes).await {
-            return (false, changes);
-        }
-    }
-    (true, changes)
+    let ok = run_phase(stage, group, &split.post, planned, permits, &mut changes).await;
+    (ok, changes)
 }
 
-/// One weight of a hook phase: applied and waited for; then its
-/// `hook-succeeded` or `hook-failed` objects deleted. A hook that failed
+/// A hook phase, weight by weight. Once all of it succeeded, its
+/// `hook-succeeded` hooks are deleted (as Helm does: a later weight may
+/// need an earlier one, say a Job its ServiceAccount).
+async fn run_phase<'p>(
+    stage: &ApplyStage<'_>,
+    group: &Group,
+    batches: &[crate::hooks::Batch<'p>],
+    planned: &BTreeMap<&'p ObjectKey, &'p PlannedObject>,
+    permits: &tokio::sync::Semaphore,
+    changes: &mut ChangeSet<'p>,
+) -> bool {
+    for batch in batches {
+        if !run_hooks(stage, group, batch, planned, permits, changes).await {
+            return false;
+        }
+    }
+    for d in batches.iter().flat_map(|b| &b.objects) {
+        delete_by_policy(stage, d, true).await;
+    }
+    true
+}
+
+/// One weight of a hook phase: applied and waited for; when it failed, its
+/// `hook-failed` objects that did not succeed deleted. A hook that failed
 /// fails the group, named with its event, before anything after it.
 async fn run_hooks<'p>(
     stage: &ApplyStage<'_>,
@@ -109,10 +125,17 @@ async fn run_hooks<'p>(
             }
         }
     } else {
-        let failed: Vec<String> = batch
+        let failed: Vec<&Desired> = batch
             .objects
             .iter()
+            .copied()
             .filter(|d| !done.iter().any(|s| s.key == d.key))
+            .collect();
+        for d in &failed {
+            delete_by_policy(stage, d, false).await;
+        }
+        let failed: Vec<String> = failed
+            .iter()
             .map(|d| crate::hooks::describe(batch.event, &d.key))
             .collect();
         ran.failed += 1;
@@ -123,10 +146,6 @@ async fn run_hooks<'p>(
                 failed.join(", ")
             ),
         );
-    }
-    for d in &batch.objects {
-        let succeeded = done.iter().any(|s| s.key == d.key);
-        delete_by_policy(stage, d, succeeded).await;
     }
     changes.merge(ran);
     ok
