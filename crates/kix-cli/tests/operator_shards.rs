@@ -25,7 +25,7 @@ const CLUSTERS: usize = 8;
 const PINNED: usize = 4;
 const SHARDS: u32 = 4;
 /// `--shard-lease-seconds` of both replicas.
-const LEASE_SECONDS: u64 = 6;
+const LEASE_SECONDS: u64 = 10;
 /// ConfigMaps per Kix cluster.
 const OBJECTS: usize = 5;
 
