@@ -316,6 +316,7 @@ mod tests {
             fields: vec![],
             destructive: false,
             note: None,
+            hook: None,
             warnings: vec!["spec.template.spec.nodeSelector[beta.kubernetes.io/os]: deprecated since v1.14; use \"kubernetes.io/os\" instead".into()],
             contenders: vec![],
             takes_with_it: None,

@@ -566,6 +566,7 @@ mod tests {
             takes_with_it: None,
             deletion: None,
             note: None,
+            hook: None,
             warnings: vec![],
             contenders: vec![],
             activations: Default::default(),

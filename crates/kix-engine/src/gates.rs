@@ -444,6 +444,7 @@ mod tests {
             fields: vec![],
             destructive: false,
             note: None,
+            hook: None,
             warnings: vec![],
             contenders: vec![],
             takes_with_it: None,

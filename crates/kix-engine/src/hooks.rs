@@ -16,8 +16,9 @@
 //!   anew, its previous object deleted first, so the plan shows it as a
 //!   create, never a replace to accept.
 //!
-//! The plan says what it decided in each hook's note; the apply stage reads
-//! it back ([`planned_event`]), so it runs exactly what the plan showed.
+//! The plan says what it decided for each hook in its `hook` field (event
+//! and weight; its note says it in words); the apply stage follows that
+//! field ([`split`]), so it runs exactly what the plan showed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,7 +28,7 @@ use kix_manifest::helm::{DeletePolicy, Hook, HookEvent};
 use crate::desired::Desired;
 use crate::gates::CompletedJobs;
 use crate::health::completed::NOTE_COMPLETED;
-use crate::plan_object::{Action, PackagePlan, PlannedObject};
+use crate::plan_object::{Action, HookRun, PackagePlan, PlannedObject};
 
 /// How a hook's plan note starts.
 pub const NOTE_PREFIX: &str = "Helm hook ";
@@ -37,14 +38,6 @@ pub const NOTE_NOT_RUN: &str = "not run by this deploy";
 
 /// The note's end on a hook created anew.
 pub const NOTE_RECREATED: &str = "recreated (before-hook-creation)";
-
-/// The events a deploy runs hooks for.
-const DEPLOY_EVENTS: [HookEvent; 4] = [
-    HookEvent::PreInstall,
-    HookEvent::PostInstall,
-    HookEvent::PreUpgrade,
-    HookEvent::PostUpgrade,
-];
 
 /// When a hook runs in its package's group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -91,15 +84,10 @@ pub fn run_note(event: HookEvent, weight: i64) -> String {
     format!("{NOTE_PREFIX}{event}, weight {weight}")
 }
 
-/// The event a planned hook runs for, read from its note; None for a
-/// hook the plan does not run (or any other object).
-pub fn planned_event(note: Option<&str>) -> Option<HookEvent> {
-    let rest = note?.strip_prefix(NOTE_PREFIX)?;
-    if rest.ends_with(NOTE_NOT_RUN) {
-        return None;
-    }
-    let name = rest.split([',', ':']).next()?;
-    DEPLOY_EVENTS.into_iter().find(|e| e.name() == name)
+/// The event a planned hook runs for; None for a hook the plan does not
+/// run (or any other object).
+pub fn planned_event(planned: &PlannedObject) -> Option<HookEvent> {
+    planned.hook.map(|h| h.event)
 }
 
 /// What the plan of a Kix cluster's deploy does with it: `installed`, the
@@ -156,7 +144,7 @@ fn run_order(planned: &PlannedObject, hooks: &BTreeMap<&ObjectKey, &Desired>) ->
             .and_then(|d| d.hook.as_deref())
             .map_or(0, |h| h.weight)
     };
-    match planned_event(planned.note.as_deref()).map(phase_of) {
+    match planned_event(planned).map(phase_of) {
         Some(Phase::Pre) => (0, weight()),
         Some(Phase::Post) => (2, weight()),
         None => (1, 0),
@@ -181,6 +169,10 @@ fn mark_one(
         return;
     }
     let mut note = run_note(event, hook.weight);
+    planned.hook = Some(HookRun {
+        event,
+        weight: hook.weight,
+    });
     let recreate = hook.delete.contains(&DeletePolicy::BeforeHookCreation)
         && matches!(
             planned.action,
@@ -204,6 +196,7 @@ fn mark_one(
 /// The hook is left as it is: neither applied nor waited for.
 fn leave(planned: &mut PlannedObject, note: String) {
     planned.action = Action::Unchanged;
+    planned.hook = None;
     planned.note = Some(note);
     planned.fields.clear();
     planned.changes.clear();
@@ -243,7 +236,7 @@ pub fn split<'a>(
             split.main.push(d);
             continue;
         };
-        match planned_event(p.note.as_deref()) {
+        match planned_event(p) {
             Some(event) => batches
                 .entry((phase_of(event), hook.weight))
                 .or_insert_with(|| Batch {
@@ -300,15 +293,10 @@ mod tests {
     }
 
     #[test]
-    fn the_note_says_what_runs_and_the_apply_reads_it_back() {
-        let note = run_note(HookEvent::PreUpgrade, -5);
-        assert_eq!(note, "Helm hook pre-upgrade, weight -5");
-        assert_eq!(planned_event(Some(&note)), Some(HookEvent::PreUpgrade));
-        let recreated = format!("{note}: {NOTE_RECREATED}");
-        assert_eq!(planned_event(Some(&recreated)), Some(HookEvent::PreUpgrade));
-        let not_run = format!("{NOTE_PREFIX}post-install,pre-delete: {NOTE_NOT_RUN}");
-        assert_eq!(planned_event(Some(&not_run)), None);
-        assert_eq!(planned_event(Some(NOTE_COMPLETED)), None);
-        assert_eq!(planned_event(None), None);
+    fn the_note_says_in_words_what_the_hook_field_says() {
+        assert_eq!(
+            run_note(HookEvent::PreUpgrade, -5),
+            "Helm hook pre-upgrade, weight -5"
+        );
     }
 }

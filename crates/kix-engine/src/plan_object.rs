@@ -70,6 +70,10 @@ pub struct PlannedObject {
     pub destructive: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// A Helm hook this deploy runs: for which event, at which weight
+    /// ([`crate::hooks`]); what the apply stage follows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hook: Option<HookRun>,
     /// The server's warnings on its dry-run (deprecated APIs, ignored values).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -88,6 +92,14 @@ pub struct PlannedObject {
     /// The take-over from the single `kix` field manager of earlier versions.
     #[serde(skip)]
     pub legacy: Legacy,
+}
+
+/// When a planned Helm hook runs: its event (which gives its phase) and
+/// weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HookRun {
+    pub event: kix_manifest::helm::HookEvent,
+    pub weight: i64,
 }
 
 #[derive(Debug, Clone, Serialize)]
