@@ -44,43 +44,7 @@ impl Style {
 /// The plan, grouped by package in apply order, then the prune section.
 pub fn plan_text(plan: &Plan, style: Style, show_unchanged: bool) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "Plan for Kix cluster {} ({})",
-        plan.cluster, plan.store_path
-    );
-    match (&plan.current_activation, &plan.current_path) {
-        (Some(name), Some(path)) if path == &plan.store_path => {
-            let _ = writeln!(out, "current activation: {name} (same build)");
-        }
-        (Some(name), Some(path)) => {
-            let _ = writeln!(out, "current activation: {name} ({path})");
-        }
-        // `kix plan --against STORE-PATH`: a build, no record.
-        (None, Some(path)) => {
-            let _ = writeln!(out, "planned against: {path} (offline, no cluster read)");
-        }
-        _ => {
-            let _ = writeln!(out, "current activation: none");
-        }
-    }
-    match plan.kix_crds {
-        CrdState::Missing => {
-            let _ = writeln!(
-                out,
-                "\nkix CRDs: {}activations.kix.run, packageinstances.kix.run",
-                style.action(Action::Create)
-            );
-        }
-        CrdState::Outdated => {
-            let _ = writeln!(
-                out,
-                "\nkix CRDs: {}activations.kix.run, packageinstances.kix.run",
-                style.action(Action::Update)
-            );
-        }
-        CrdState::Current => {}
-    }
+    header_text(&mut out, plan, style);
     for package in &plan.packages {
         let unchanged = package
             .objects
@@ -163,6 +127,47 @@ pub fn plan_text(plan: &Plan, style: Style, show_unchanged: bool) -> String {
         );
     }
     out
+}
+
+/// What is planned against (a record, a build, nothing) and kix's CRDs.
+fn header_text(out: &mut String, plan: &Plan, style: Style) {
+    let _ = writeln!(
+        out,
+        "Plan for Kix cluster {} ({})",
+        plan.cluster, plan.store_path
+    );
+    match (&plan.current_activation, &plan.current_path) {
+        (Some(name), Some(path)) if path == &plan.store_path => {
+            let _ = writeln!(out, "current activation: {name} (same build)");
+        }
+        (Some(name), Some(path)) => {
+            let _ = writeln!(out, "current activation: {name} ({path})");
+        }
+        // `kix plan --against STORE-PATH`: a build, no record.
+        (None, Some(path)) => {
+            let _ = writeln!(out, "planned against: {path} (offline, no cluster read)");
+        }
+        _ => {
+            let _ = writeln!(out, "current activation: none");
+        }
+    }
+    match plan.kix_crds {
+        CrdState::Missing => {
+            let _ = writeln!(
+                out,
+                "\nkix CRDs: {}activations.kix.run, packageinstances.kix.run",
+                style.action(Action::Create)
+            );
+        }
+        CrdState::Outdated => {
+            let _ = writeln!(
+                out,
+                "\nkix CRDs: {}activations.kix.run, packageinstances.kix.run",
+                style.action(Action::Update)
+            );
+        }
+        CrdState::Current => {}
+    }
 }
 
 /// The migrations a package crosses, each with its actions in order; they
