@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use crate::desired::{Desired, Shapes, desired_objects};
 use crate::diff::{Redaction, diff};
 use crate::error::Result;
-use crate::plan::{Action, Counts, PackagePlan, PlanOptions, PlannedObject, applied_manifest};
+use crate::plan::{Action, PlanOptions, PlannedObject, applied_manifest, by_package, count};
 use crate::plan_object::{Legacy, NOTE_HELM_KEEP, NOTE_PRUNE_DISABLED};
 use crate::plan_value::{CrdState, Plan};
 use crate::resources::{Resources, split_api_version};
@@ -239,44 +239,6 @@ fn installed(against: &Against<'_>, cluster: &str) -> Vec<PackageInstance> {
             instance
         })
         .collect()
-}
-
-/// The planned objects under their packages, in the build's package order.
-fn by_package(build: &Build, objects: Vec<PlannedObject>) -> Vec<PackagePlan> {
-    let mut packages: Vec<PackagePlan> = build
-        .packages
-        .iter()
-        .map(|p| PackagePlan {
-            name: p.name.clone(),
-            version: p.version.clone(),
-            handoff: p.handoff.iter().map(ToString::to_string).collect(),
-            objects: vec![],
-        })
-        .collect();
-    for planned in objects {
-        if let Some(p) = packages.iter_mut().find(|p| p.name == planned.package) {
-            p.objects.push(planned);
-        }
-    }
-    packages
-}
-
-fn count<'a>(objects: impl Iterator<Item = &'a PlannedObject>) -> Counts {
-    let mut counts = Counts::default();
-    for o in objects {
-        match o.action {
-            Action::Create => counts.create += 1,
-            Action::Update => counts.update += 1,
-            Action::Unchanged => counts.unchanged += 1,
-            Action::Replace => counts.replace += 1,
-            Action::Adopt => counts.adopt += 1,
-            Action::Conflict => counts.conflict += 1,
-            Action::Delete => counts.delete += 1,
-            Action::Keep => counts.keep += 1,
-            Action::Deleting => counts.deleting += 1,
-        }
-    }
-    counts
 }
 
 /// The kinds of the build (apiVersion/Kind), as a live plan records them.

@@ -727,7 +727,7 @@ async fn dry_run_all(
 }
 
 /// The planned objects under their packages, in the build's package order.
-fn by_package(build: &Build, checked: Vec<PlannedObject>) -> Vec<PackagePlan> {
+pub(crate) fn by_package(build: &Build, checked: Vec<PlannedObject>) -> Vec<PackagePlan> {
     let mut packages: Vec<PackagePlan> = build
         .packages
         .iter()
@@ -852,7 +852,7 @@ fn dropped(l: &Live, ctx: &Ctx) -> PlannedObject {
 }
 
 /// How many objects of each action.
-fn count<'a>(objects: impl Iterator<Item = &'a PlannedObject>) -> Counts {
+pub(crate) fn count<'a>(objects: impl Iterator<Item = &'a PlannedObject>) -> Counts {
     let mut counts = Counts::default();
     for o in objects {
         match o.action {
