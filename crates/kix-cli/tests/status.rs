@@ -223,3 +223,35 @@ async fn status_of_a_cluster_without_activations() {
         run.stdout
     );
 }
+
+/// `kix status` of one Kix cluster reads that cluster's objects by its own
+/// label, as its plans do, not every object kix manages: on a control plane
+/// shared by many Kix clusters the latter grew with all of them (a fleet's
+/// health checks of ten clusters of 1,000 objects each listed 10,000
+/// ConfigMaps apiece).
+#[tokio::test]
+async fn status_lists_by_its_kix_clusters_own_label() {
+    use kix_testkit::audit;
+    let kix = Kix::new("status-label").await;
+    let tree = kix.tree("v1", &configmap("alpha", "1"), serde_json::json!({}));
+    kix.deploy(&tree, &[]).ok();
+    let mark = audit::mark().expect("mark");
+    let status = kix
+        .kix(&["status", kix.cluster(), "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(object(&status, "alpha")["health"], "Ready");
+    let label = kix_api::labels::cluster_label(kix.cluster()).replace('/', "%2F");
+    let lists: Vec<String> = audit::since(mark)
+        .expect("audit log")
+        .into_iter()
+        .filter(|r| r.verb == "list" && r.resource == "configmaps" && !r.is_next_page())
+        .map(|r| r.uri)
+        .filter(|uri| uri.contains(&label))
+        .collect();
+    assert_eq!(
+        lists.len(),
+        1,
+        "one LIST of ConfigMaps by {label}, the Kix cluster's label: {lists:#?}"
+    );
+}

@@ -896,7 +896,7 @@ pub fn applied_manifest(d: &Desired, activations: &BTreeSet<String>) -> Value {
 /// label once every object of it carries it ([`records::objects_labelled`]);
 /// until then (a Kix cluster an older kix deployed) every object kix
 /// manages, once: that plan's deploy labels them.
-fn objects_selector(cluster: &str, labelled: bool) -> String {
+pub(crate) fn objects_selector(cluster: &str, labelled: bool) -> String {
     if labelled {
         kix_api::labels::cluster_objects_selector(cluster)
     } else {

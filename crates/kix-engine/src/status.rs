@@ -293,14 +293,12 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
     // The kinds this cluster's records name are listed from now on, their
     // pages fetched ahead (a bounded number) while the build is read.
     let mut resources = Resources::new(client.clone());
-    let permits = Arc::new(Semaphore::new(LIST_CONCURRENCY));
+    let lister = Lister::new(client, cluster, &all);
     let mut listings: BTreeMap<(String, String), Listing> =
         crate::plan::recorded_kinds(&mine, &mut resources)
             .await?
             .into_iter()
-            .map(|(key, (api, namespaced))| {
-                (key, Listing::start(client, api, namespaced, &permits))
-            })
+            .map(|(key, (api, namespaced))| (key, lister.start(api, namespaced)))
             .collect();
 
     let CurrentBuild {
@@ -318,8 +316,7 @@ pub async fn status(client: &Client, cluster: &str) -> Result<Status> {
     for ((group, kind), d) in crate::plan::served_kinds(&desired) {
         let (key, r) = ((group.to_string(), kind.to_string()), &d.resource);
         if listings.get(&key).is_none_or(|l| l.resource != r.api) {
-            let listing = Listing::start(client, r.api.clone(), r.namespaced, &permits);
-            listings.insert(key, listing);
+            listings.insert(key, lister.start(r.api.clone(), r.namespaced));
         }
     }
     // Each live object is judged as its LIST page arrives and only the
@@ -970,22 +967,36 @@ struct Listing {
     _fetching: RemoteHandle<()>,
 }
 
-impl Listing {
-    /// Starts fetching pages; at most `permits` requests run at once.
-    fn start(
-        client: &Client,
-        resource: ApiResource,
-        namespaced: bool,
-        permits: &Arc<Semaphore>,
-    ) -> Listing {
+/// Starts the LISTs of one Kix cluster's objects, a bounded number at once.
+struct Lister {
+    client: Client,
+    /// The Kix cluster's own label once all its objects carry it (as its
+    /// plans list): kix's label alone picks every Kix cluster's objects.
+    selector: Arc<str>,
+    permits: Arc<Semaphore>,
+}
+
+impl Lister {
+    fn new(client: &Client, cluster: &str, records: &[Activation]) -> Lister {
+        let labelled = records::objects_labelled(records, cluster);
+        Lister {
+            client: client.clone(),
+            selector: crate::plan::objects_selector(cluster, labelled).into(),
+            permits: Arc::new(Semaphore::new(LIST_CONCURRENCY)),
+        }
+    }
+
+    /// Starts fetching the pages of one kind's objects.
+    fn start(&self, resource: ApiResource, namespaced: bool) -> Listing {
         let (pages, receiver) = mpsc::channel(PAGES_AHEAD);
         let metadata_only = crate::health::judged_by_metadata(&resource.group, &resource.kind);
-        let (client, permits, r) = (client.clone(), Arc::clone(permits), resource.clone());
+        let (client, r) = (self.client.clone(), resource.clone());
+        let (permits, selector) = (Arc::clone(&self.permits), Arc::clone(&self.selector));
         let (fetching, handle) = async move {
             // One permit for the whole LIST, read as it arrives.
             let _permit = permits.acquire().await;
             let kind = r.kind.clone();
-            let body = match open_list(&client, &r, metadata_only).await {
+            let body = match open_list(&client, &r, &selector, metadata_only).await {
                 Ok(Some(body)) => body,
                 // Not served: no objects.
                 Ok(None) => return,
@@ -1012,7 +1023,9 @@ impl Listing {
             _fetching: handle,
         }
     }
+}
 
+impl Listing {
     /// Each object handed to `judge` as its page is read, and dropped.
     async fn judged(
         mut self,
@@ -1078,9 +1091,10 @@ impl Listing {
 async fn open_list(
     client: &Client,
     resource: &ApiResource,
+    selector: &str,
     metadata_only: bool,
 ) -> Result<Option<impl futures::AsyncBufRead + Unpin + use<>>> {
-    let params = ListParams::default().labels(&kix_api::labels::managed_selector());
+    let params = ListParams::default().labels(selector);
     let list_error = |source| EngineError::List {
         kind: resource.kind.clone(),
         source,

@@ -149,7 +149,7 @@ pub async fn run(run: Run<'_>, options: &RunOptions) -> FleetOutcome {
                 .iter()
                 .any(|o| matches!(o.result, MemberResult::Done { .. }));
             let hold_for = if deployed { pause } else { Duration::ZERO };
-            hold(&mut done, &members, hold_for, options).await;
+            hold(&mut done, &members, hold_for, options, parallel).await;
         }
         let failed: Vec<String> = done
             .iter()
@@ -278,6 +278,56 @@ async fn deploy_member(run: &Run<'_>, member: &MemberPlan, options: &RunOptions)
     }
 }
 
+/// Checks every member still Done or UpToDate at once (each check lists
+/// its Kix cluster's objects: one after the other, they added up to seconds
+/// at the end of a wave), `parallel` at a time; one that is not healthy
+/// becomes Failed.
+async fn check_healthy(
+    done: &mut [MemberOutcome],
+    members: &[&MemberPlan],
+    options: &RunOptions,
+    parallel: usize,
+) {
+    let checks = done.iter().map(|o| async {
+        let member = members.iter().find(|m| m.member == o.member)?;
+        let client = member.client.as_ref()?;
+        if !matches!(
+            o.result,
+            MemberResult::Done { .. } | MemberResult::UpToDate { .. }
+        ) {
+            return None;
+        }
+        apply::healthy(client, &o.cluster, &member.store_path)
+            .await
+            .err()
+    });
+    let verdicts: Vec<Option<String>> = futures::stream::iter(checks)
+        .buffered(parallel)
+        .collect()
+        .await;
+    for (o, reason) in done.iter_mut().zip(verdicts) {
+        let (Some(reason), Some(member)) = (reason, members.iter().find(|m| m.member == o.member))
+        else {
+            continue;
+        };
+        let (MemberResult::Done { activation } | MemberResult::UpToDate { activation }) = &o.result
+        else {
+            continue;
+        };
+        o.result = MemberResult::Failed {
+            activation: activation.clone(),
+            reason: format!("unhealthy while the wave held: {reason}"),
+        };
+        emit(
+            options,
+            member,
+            Step::Finished {
+                result: o.result.clone(),
+            },
+        );
+    }
+}
+
 /// The wave holds Active and healthy for `pause` (checked every 2 s, and
 /// once at the end): a member that is not becomes Failed.
 async fn hold(
@@ -285,6 +335,7 @@ async fn hold(
     members: &[&MemberPlan],
     pause: Duration,
     options: &RunOptions,
+    parallel: usize,
 ) {
     if !pause.is_zero() {
         for m in members {
@@ -299,28 +350,7 @@ async fn hold(
     }
     let started = Instant::now();
     loop {
-        for o in done.iter_mut() {
-            let Some(member) = members.iter().find(|m| m.member == o.member) else {
-                continue;
-            };
-            if let MemberResult::Done { activation } | MemberResult::UpToDate { activation } =
-                &o.result
-                && let Some(client) = &member.client
-                && let Err(reason) = apply::healthy(client, &o.cluster, &member.store_path).await
-            {
-                o.result = MemberResult::Failed {
-                    activation: activation.clone(),
-                    reason: format!("unhealthy while the wave held: {reason}"),
-                };
-                emit(
-                    options,
-                    member,
-                    Step::Finished {
-                        result: o.result.clone(),
-                    },
-                );
-            }
-        }
+        check_healthy(done, members, options, parallel).await;
         if started.elapsed() >= pause {
             break;
         }
