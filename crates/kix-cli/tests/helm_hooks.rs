@@ -287,3 +287,205 @@ async fn a_failing_pre_upgrade_hook_changes_nothing_after_it_and_the_record_name
         "hook-failed deletes the failed hook Job"
     );
 }
+
+/// A tree of package `web` (`web`'s objects) and, when given, a second
+/// package `extras` with `extras`' objects, both in the test's namespace.
+fn with_extras(kix: &Kix, name: &str, web: &str, extras: Option<&str>) -> std::path::PathBuf {
+    let root = kix.tree(name, web, serde_json::json!({}));
+    let Some(extras) = extras else {
+        return root;
+    };
+    let package = root.join("packages/extras");
+    std::fs::create_dir_all(package.join("resources")).expect("mkdir");
+    let write = |path: std::path::PathBuf, text: String| std::fs::write(path, text).expect("write");
+    write(
+        package.join("package.json"),
+        serde_json::json!({"name": "extras", "version": "1", "dependsOn": [], "namespace": kix.ns(), "migrations": []})
+            .to_string(),
+    );
+    write(package.join("resources/objects.yaml"), extras.to_owned());
+    write(
+        root.join("kix.json"),
+        serde_json::json!({"format": 1, "cluster": kix.cluster(), "packages": ["web", "extras"], "settings": {}})
+            .to_string(),
+    );
+    root
+}
+
+/// The writes (no dry-runs) to the test's namespace since `mark`, in the
+/// order the apiserver completed them: `verb resource/name`.
+fn writes_since(kix: &Kix, mark: kix_testkit::audit::Mark) -> Vec<String> {
+    kix_testkit::audit::since(mark)
+        .expect("the audit log")
+        .into_iter()
+        .filter(|r| r.is_write() && r.namespace.as_deref() == Some(kix.ns()))
+        .map(|r| format!("{} {}/{}", r.verb, r.resource, r.name.unwrap_or_default()))
+        .collect()
+}
+
+/// Where `write` first appears in `writes`, or a failure listing them.
+#[track_caller]
+fn first(writes: &[String], write: &str) -> usize {
+    writes
+        .iter()
+        .position(|w| w == write)
+        .unwrap_or_else(|| panic!("{write:?} is not among the writes: {writes:#?}"))
+}
+
+#[tokio::test]
+async fn a_dropped_package_runs_its_pre_delete_hooks_before_its_prune_and_post_delete_after() {
+    let kix = Kix::new("hooks-delete").await;
+    let extras = configmap("extra", "1")
+        + &hook("drain-b", "pre-delete", 5, None, "b", false)
+        + &hook(
+            "drain-a",
+            "pre-delete",
+            -1,
+            Some("hook-succeeded"),
+            "a",
+            false,
+        )
+        + &hook("cleanup", "post-delete", 0, None, "c", false);
+    let v1 = with_extras(&kix, "v1", &configmap("settings", "1"), Some(&extras));
+    kix.deploy(&v1, &["--timeout", "120s"]).ok();
+    for name in ["drain-a", "drain-b", "cleanup"] {
+        assert!(job(&kix, name).is_none(), "{name} runs only on removal");
+    }
+    assert!(kix.configmap("extra").is_some());
+
+    // The next build drops the package: the plan says which hooks run, in
+    // their order, under the package being removed.
+    let v2 = with_extras(&kix, "v2", &configmap("settings", "1"), None);
+    let path = v2.to_str().expect("utf-8");
+    let plan = kix.kix(&["plan", kix.cluster(), "--path", path]).ok();
+    let removal = "the build drops its package]";
+    let lines = [
+        "package extras 1\n".to_owned(),
+        format!("drain-a [Helm hook pre-delete, weight -1: {removal}"),
+        format!("drain-b [Helm hook pre-delete, weight 5: {removal}"),
+        format!("cleanup [Helm hook post-delete, weight 0: {removal}"),
+        "prune (the build no longer has these)".to_owned(),
+        "extra\n".to_owned(),
+    ]
+    .map(|line| at(&plan.stdout, &line));
+    assert!(lines.is_sorted(), "{}", plan.stdout);
+    let json = kix
+        .kix(&["plan", kix.cluster(), "--path", path, "-o", "json"])
+        .ok()
+        .json();
+    let removed = json["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .find(|p| p["name"] == "extras")
+        .cloned()
+        .expect("the removed package is in the plan");
+    let hooks: Vec<(&str, &serde_json::Value)> = removed["objects"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .map(|o| (o["key"]["name"].as_str().unwrap_or_default(), &o["hook"]))
+        .collect();
+    assert_eq!(
+        hooks,
+        [
+            (
+                "drain-a",
+                &serde_json::json!({"event": "pre-delete", "weight": -1})
+            ),
+            (
+                "drain-b",
+                &serde_json::json!({"event": "pre-delete", "weight": 5})
+            ),
+            (
+                "cleanup",
+                &serde_json::json!({"event": "post-delete", "weight": 0})
+            ),
+        ],
+        "{removed}"
+    );
+
+    let mark = kix_testkit::audit::mark().expect("audit mark");
+    let deployed = kix.deploy(&v2, &["--timeout", "120s"]);
+    assert_eq!(
+        deployed.code,
+        Some(0),
+        "{}{}",
+        deployed.stdout,
+        deployed.stderr
+    );
+    let writes = writes_since(&kix, mark);
+    let a = first(&writes, "patch jobs/drain-a");
+    let b = first(&writes, "patch jobs/drain-b");
+    let succeeded = first(&writes, "delete jobs/drain-a");
+    let pruned = first(&writes, "delete configmaps/extra");
+    let cleanup = first(&writes, "patch jobs/cleanup");
+    assert!(
+        a < b && b < succeeded && succeeded < pruned && pruned < cleanup,
+        "pre-delete by weight, hook-succeeded after the phase, the prune, post-delete: {writes:#?}"
+    );
+    // Each ran to its end before what follows it.
+    let completed = |name: &str| -> String {
+        job(&kix, name).expect("the hook Job stays")["status"]["completionTime"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let cleanup = job(&kix, "cleanup").expect("post-delete ran");
+    let created = cleanup["metadata"]["creationTimestamp"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(!completed("drain-b").is_empty() && completed("drain-b").as_str() <= created);
+    assert!(!completed("cleanup").is_empty(), "{cleanup}");
+    assert!(gone(&kix, "drain-a"), "hook-succeeded removes the hook");
+    assert!(kix.configmap("extra").is_none(), "the package was pruned");
+    let instance = format!("packageinstances.kix.run/{}.extras", kix.cluster());
+    assert!(
+        kix_testkit::kubectl_output(&["get", &instance]).is_err(),
+        "the package's record is gone"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_pre_delete_hook_prunes_nothing_of_its_package_and_the_record_names_it() {
+    let kix = Kix::new("hooks-delete-fail").await;
+    let extras = configmap("extra", "1")
+        + &hook("drain", "pre-delete", 0, None, "x", true)
+        + &hook("cleanup", "post-delete", 0, None, "c", false);
+    let v1 = with_extras(&kix, "v1", &configmap("settings", "1"), Some(&extras));
+    kix.deploy(&v1, &["--timeout", "120s"]).ok();
+    let before = kix.configmap("extra").expect("extra");
+
+    let v2 = with_extras(&kix, "v2", &configmap("settings", "1"), None);
+    let failed = kix.deploy(&v2, &["--timeout", "120s"]);
+    assert_eq!(failed.code, Some(1), "{}{}", failed.stdout, failed.stderr);
+    let after = kix.configmap("extra").expect("the package's objects stay");
+    assert_eq!(uid(&after), uid(&before));
+    assert_eq!(
+        after["metadata"]["resourceVersion"],
+        before["metadata"]["resourceVersion"]
+    );
+    assert!(job(&kix, "cleanup").is_none(), "post-delete did not run");
+
+    let named = format!(
+        "package extras: Helm hook pre-delete Job.batch {}/drain failed; nothing of the package was pruned",
+        kix.ns()
+    );
+    let records = kix.records().await;
+    let status = records
+        .last()
+        .and_then(|r| r.status.clone())
+        .expect("status");
+    assert_eq!(status.phase, Some(kix_api::Phase::Degraded));
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.contains(&named),
+        "the record names the hook: {message}"
+    );
+    let instance = format!("packageinstances.kix.run/{}.extras", kix.cluster());
+    let instance = kix.kubectl(&["get", &instance, "-o", "jsonpath={.status.message}"]);
+    assert!(
+        instance.contains(&named),
+        "the package's record stays and names the hook: {instance}"
+    );
+}

@@ -153,6 +153,148 @@ async fn an_offline_plan_against_the_deployed_build_is_the_live_plan() {
     );
 }
 
+/// A Helm hook Job as a chart renders it; `policy`: its delete policy.
+fn hook(name: &str, events: &str, weight: i64, policy: Option<&str>, arg: &str) -> String {
+    let policy = policy
+        .map(|p| format!("    helm.sh/hook-delete-policy: {p}\n"))
+        .unwrap_or_default();
+    format!(
+        "---\napiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {name}\n  annotations:\n\
+         \x20   helm.sh/hook: {events}\n    helm.sh/hook-weight: \"{weight}\"\n{policy}\
+         spec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n\
+         \x20     containers: [{{name: hook, image: busybox, args: [\"{arg}\"]}}]\n"
+    )
+}
+
+/// Every object of a plan's JSON by its key, with its Helm hook (event and
+/// weight) and note.
+fn hooks(plan: &Value) -> BTreeMap<String, (Value, Value)> {
+    plan["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["objects"].as_array().into_iter().flatten())
+        .chain(plan["prune"].as_array().into_iter().flatten())
+        .map(|o| (o["key"].to_string(), (o["hook"].clone(), o["note"].clone())))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_offline_plan_runs_the_hooks_a_live_plan_runs() {
+    let kix = Kix::new("plan-against-hooks").await;
+    // A chart's hooks: one changed, one unchanged that removes itself once
+    // it succeeded, one the next build drops, a test hook, an object Helm
+    // keeps; and a package the next build drops, with its delete hooks.
+    let smoke = "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: smoke\n  annotations: {helm.sh/hook: test}\n\
+                 spec: {containers: [{name: t, image: busybox}]}\n";
+    let kept = "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: kept\n  annotations: {helm.sh/resource-policy: keep}\n";
+    let notify = hook(
+        "notify",
+        "post-install,post-upgrade",
+        0,
+        Some("hook-succeeded"),
+        "n",
+    );
+    let a = configmap("settings", "1")
+        + &hook("migrate", "pre-install,pre-upgrade", -1, None, "a")
+        + &notify
+        + &hook("setup", "pre-install", 2, None, "s")
+        + smoke
+        + kept;
+    let b = configmap("settings", "2")
+        + &hook("migrate", "pre-install,pre-upgrade", -1, None, "b")
+        + &notify
+        + smoke;
+    let tree_a = kix.tree("a", &a, serde_json::json!({}));
+    let extras = tree_a.join("packages/extras");
+    std::fs::create_dir_all(extras.join("resources")).expect("mkdir");
+    std::fs::write(
+        extras.join("package.json"),
+        serde_json::json!({"name": "extras", "version": "1", "dependsOn": [], "namespace": kix.ns(), "migrations": []})
+            .to_string(),
+    )
+    .expect("package.json");
+    std::fs::write(
+        extras.join("resources/objects.yaml"),
+        configmap("extra", "1")
+            + &hook("drain", "pre-delete", 1, None, "d")
+            + &hook("cleanup", "post-delete", 0, None, "c"),
+    )
+    .expect("objects");
+    std::fs::write(
+        tree_a.join("kix.json"),
+        serde_json::json!({"format": 1, "cluster": kix.cluster(), "packages": ["web", "extras"], "settings": {}})
+            .to_string(),
+    )
+    .expect("kix.json");
+    let tree_b = kix.tree("b", &b, serde_json::json!({}));
+    kix.deploy(&tree_a, &["--timeout", "120s"]).ok();
+    let path_a = path_of(&kix.records().await[0]);
+    let tree_b = tree_b.to_str().expect("utf-8");
+    let live = kix
+        .kix(&["plan", kix.cluster(), "--path", tree_b, "-o", "json"])
+        .ok()
+        .json();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut offline = kix.cmd();
+    offline
+        .env("KUBECONFIG", dir.path().join("no-such-kubeconfig"))
+        .args(["plan", kix.cluster(), "--path", tree_b])
+        .args(["--against", &path_a, "-o", "json"]);
+    let against = cli_support::run(&mut offline).ok().json();
+
+    let expected: BTreeMap<&str, (&str, Value)> = [
+        ("settings", ("update", Value::Null)),
+        (
+            "migrate",
+            (
+                "create",
+                serde_json::json!({"event": "pre-upgrade", "weight": -1}),
+            ),
+        ),
+        ("notify", ("unchanged", Value::Null)),
+        ("setup", ("keep", Value::Null)),
+        ("kept", ("keep", Value::Null)),
+        ("extra", ("delete", Value::Null)),
+        (
+            "drain",
+            (
+                "create",
+                serde_json::json!({"event": "pre-delete", "weight": 1}),
+            ),
+        ),
+        (
+            "cleanup",
+            (
+                "create",
+                serde_json::json!({"event": "post-delete", "weight": 0}),
+            ),
+        ),
+    ]
+    .into();
+    let (live_actions, live_hooks) = (actions(&live), hooks(&live));
+    assert_eq!(live_actions.len(), expected.len(), "{live_actions:?}");
+    for (name, (action, hook)) in &expected {
+        let key = live_actions
+            .keys()
+            .find(|key| key.contains(&format!("\"name\":\"{name}\"")))
+            .unwrap_or_else(|| panic!("{name} is not in the live plan: {live_actions:?}"));
+        assert_eq!(live_actions[key], *action, "the live plan's {name}");
+        assert_eq!(&live_hooks[key].0, hook, "the live plan's {name}");
+    }
+    assert_eq!(actions(&against), live_actions, "offline vs live");
+    assert_eq!(
+        hooks(&against),
+        live_hooks,
+        "offline vs live: hooks and notes"
+    );
+    assert_eq!(against["counts"], live["counts"]);
+    assert_eq!(
+        against["digest"], live["digest"],
+        "the same plan, the same seal"
+    );
+}
+
 /// The pull request's comment: heading, summary, a table per package, the
 /// update's diff, no Secret value.
 fn markdown(text: &str, cluster: &str) {

@@ -74,6 +74,27 @@ pub(crate) async fn apply_group<'p>(
     (ok, changes)
 }
 
+/// One phase of the delete hooks of `package`, a package the build drops
+/// ([`crate::delete_hooks`]): `pre-delete` before its objects are pruned,
+/// `post-delete` after. Returns false when a hook failed.
+pub(crate) async fn run_delete_hooks<'p>(
+    stage: &ApplyStage<'_>,
+    package: &str,
+    hooks: &[&'p Desired],
+    planned: &BTreeMap<&'p ObjectKey, &'p PlannedObject>,
+    phase: crate::hooks::Phase,
+    changes: &mut ChangeSet<'p>,
+) -> bool {
+    let group = Group::Package(package.to_owned());
+    let split = crate::hooks::split(hooks, planned);
+    let batches = match phase {
+        crate::hooks::Phase::Pre => &split.pre,
+        crate::hooks::Phase::Post => &split.post,
+    };
+    let permits = tokio::sync::Semaphore::new(stage.concurrency.max(1));
+    run_phase(stage, &group, batches, planned, &permits, changes).await
+}
+
 /// A hook phase, weight by weight. Once all of it succeeded, its
 /// `hook-succeeded` hooks are deleted (as Helm does: a later weight may
 /// need an earlier one, say a Job its ServiceAccount).
@@ -142,8 +163,9 @@ async fn run_hooks<'p>(
         ran.messages.insert(
             0,
             format!(
-                "{group}: {} failed; nothing after it was applied",
-                failed.join(", ")
+                "{group}: {} failed; {}",
+                failed.join(", "),
+                crate::hooks::after_failure(batch.event)
             ),
         );
     }

@@ -521,26 +521,72 @@ async fn run(
     if let Err(error) = remembered.await {
         warn!(%error, "cannot remember the completed Jobs on {}", run.name);
     }
+    let mut waves = waves;
     if waves.healthy && options.prune {
-        packages.removing(build).await?;
-        let work = crate::prune::work(plan);
-        if !work.is_empty() {
-            status.set_pending_prune(crate::prune::pending(&work));
-            records::update_status(client, &run.name, |latest| {
-                records::take_run_fields(latest, &status)
-            })
-            .await?;
-        }
-        let prune_options = crate::prune::PruneOptions {
-            mode: options.prune_mode,
-            concurrency: options.concurrency,
-            events: &options.events,
-        };
-        changes.merge(crate::prune::prune(client, plan, work, &prune_options).await?);
-        changes.record(&mut status);
-        packages.removed(&status.failed_deletions).await?;
+        waves.healthy = prune_stage(&run, &mut status, &mut packages, &mut changes).await?;
     }
     finish(&run, waves, status, changes, &mut packages, started).await
+}
+
+/// Prune, with the delete hooks of the packages the build drops around it
+/// ([`crate::delete_hooks`]): `pre-delete` before, `post-delete` after.
+/// Nothing of a package whose `pre-delete` hook failed is pruned. Returns
+/// false when a delete hook failed.
+async fn prune_stage<'p>(
+    run: &Run<'p>,
+    status: &mut kix_api::ActivationStatus,
+    packages: &mut crate::packages::PackageRecords,
+    changes: &mut ChangeSet<'p>,
+) -> Result<bool> {
+    let (client, plan, options) = (run.client, run.plan, run.options);
+    packages.removing(run.build).await?;
+    let removed = crate::delete_hooks::of_plan(plan, run.build);
+    let mut stopped: BTreeMap<String, String> = BTreeMap::new();
+    for package in &removed {
+        let mark = changes.messages.len();
+        if !delete_hooks(run, plan, package, crate::hooks::Phase::Pre, changes).await {
+            stopped.insert(package.name.clone(), joined(&changes.messages[mark..]));
+        }
+    }
+    let work: Vec<&PlannedObject> = crate::prune::work(plan)
+        .into_iter()
+        .filter(|o| !stopped.contains_key(&o.package))
+        .collect();
+    if !work.is_empty() {
+        status.set_pending_prune(crate::prune::pending(&work));
+        records::update_status(client, &run.name, |latest| {
+            records::take_run_fields(latest, status)
+        })
+        .await?;
+    }
+    let prune_options = crate::prune::PruneOptions {
+        mode: options.prune_mode,
+        concurrency: options.concurrency,
+        events: &options.events,
+    };
+    changes.merge(crate::prune::prune(client, plan, work, &prune_options).await?);
+    let mut ok = stopped.is_empty();
+    for package in removed.iter().filter(|p| !stopped.contains_key(&p.name)) {
+        ok &= delete_hooks(run, plan, package, crate::hooks::Phase::Post, changes).await;
+    }
+    changes.record(status);
+    packages.removed(&status.failed_deletions, &stopped).await?;
+    Ok(ok)
+}
+
+/// One phase of the delete hooks of `package`, as the plan lists them.
+async fn delete_hooks<'p>(
+    run: &Run<'p>,
+    plan: &'p Plan,
+    package: &'p crate::plan_object::PackagePlan,
+    phase: crate::hooks::Phase,
+    changes: &mut ChangeSet<'p>,
+) -> bool {
+    let planned: BTreeMap<&ObjectKey, &PlannedObject> =
+        package.objects.iter().map(|o| (&o.key, o)).collect();
+    let hooks = crate::delete_hooks::desired_of_package(plan, package);
+    let stage = run.apply_stage();
+    crate::apply::run_delete_hooks(&stage, &package.name, &hooks, &planned, phase, changes).await
 }
 
 /// One deploy under way: what the stages of [`run`] read.

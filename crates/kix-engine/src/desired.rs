@@ -145,11 +145,24 @@ pub async fn desired_objects(
             reason: Reason::NoIdentities,
         }));
     }
+    let objects: Vec<&Object> = build.objects().collect();
+    desired_of(build, objects, resources, shapes).await
+}
+
+/// The desired objects of `objects`, some of `build`'s: the delete hooks of
+/// a package an earlier build had ([`crate::delete_hooks`]) are read
+/// without the rest of that build (its encrypted Secrets included).
+pub(crate) async fn desired_of(
+    build: &Build,
+    objects: Vec<&Object>,
+    resources: &mut Resources,
+    shapes: Shapes,
+) -> Result<Vec<Desired>> {
     resources.learn_build_crds(build);
     // Each kind is resolved once (discovery is async); the objects are then
     // made on every core (a manifest read, stamped and hashed each).
     let mut kinds: HashMap<(&str, &str), Arc<Resource>> = HashMap::new();
-    for object in build.objects() {
+    for object in objects.iter().copied() {
         let kind = (object.api_version.as_str(), object.key.kind.as_str());
         if kinds.contains_key(&kind) {
             continue;
@@ -164,7 +177,6 @@ pub async fn desired_objects(
             })?;
         kinds.insert(kind, Arc::new(resource));
     }
-    let objects: Vec<&Object> = build.objects().collect();
     Ok(crate::parallel::map_with(
         &objects,
         || (shapes == Shapes::Made).then(KnownShapes::default),

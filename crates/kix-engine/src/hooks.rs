@@ -4,8 +4,10 @@
 //! - A package new to the Kix cluster (no installed PackageInstance) runs
 //!   its `pre-install` hooks before its other objects and its
 //!   `post-install` hooks once they are healthy; an installed one its
-//!   `pre-upgrade` and `post-upgrade` hooks. Other hooks (`pre-delete`,
-//!   `post-delete`, `*-rollback`) are not run by a deploy.
+//!   `pre-upgrade` and `post-upgrade` hooks. A package the build drops runs
+//!   its `pre-delete` hooks before its objects are pruned and its
+//!   `post-delete` hooks after ([`crate::delete_hooks`]). `*-rollback`
+//!   hooks are not run.
 //! - Inside a phase, hooks go by `helm.sh/hook-weight` (lowest first), one
 //!   weight applied and waited for before the next; inside a weight, by
 //!   kind rank then name, as Helm sorts them.
@@ -61,9 +63,19 @@ pub fn event_for(hook: &Hook, installing: bool) -> Option<HookEvent> {
         .find(|event| hook.events.contains(event))
 }
 
+/// The event `hook` runs for when its package is removed: `pre-delete`
+/// (first, when it has both) or `post-delete`; None for any other hook.
+pub fn delete_event(hook: &Hook) -> Option<HookEvent> {
+    [HookEvent::PreDelete, HookEvent::PostDelete]
+        .into_iter()
+        .find(|event| hook.events.contains(event))
+}
+
+/// The phase of `event`: around the package's objects, or, for a removed
+/// package, around the prune of its objects.
 pub fn phase_of(event: HookEvent) -> Phase {
     match event {
-        HookEvent::PreInstall | HookEvent::PreUpgrade => Phase::Pre,
+        HookEvent::PreInstall | HookEvent::PreUpgrade | HookEvent::PreDelete => Phase::Pre,
         _ => Phase::Post,
     }
 }
@@ -262,6 +274,15 @@ pub fn split<'a>(
     split
 }
 
+/// What a failed hook of `event` left undone, as the record says it.
+pub fn after_failure(event: HookEvent) -> &'static str {
+    match event {
+        HookEvent::PreDelete => "nothing of the package was pruned",
+        HookEvent::PostDelete => "the package's objects were pruned",
+        _ => "nothing after it was applied",
+    }
+}
+
 /// `<Kind> <ns>/<name>` of a hook, as a failure names it.
 pub fn describe(event: HookEvent, key: &ObjectKey) -> String {
     format!("{NOTE_PREFIX}{event} {key}")
@@ -290,6 +311,14 @@ mod tests {
         assert_eq!(event_for(&hook(&[PreDelete, PostDelete]), false), None);
         assert_eq!(phase_of(PostInstall), Phase::Post);
         assert_eq!(phase_of(PreUpgrade), Phase::Pre);
+        assert_eq!(phase_of(PreDelete), Phase::Pre);
+        assert_eq!(phase_of(PostDelete), Phase::Post);
+        assert_eq!(
+            delete_event(&hook(&[PostDelete, PreDelete])),
+            Some(PreDelete)
+        );
+        assert_eq!(delete_event(&hook(&[PostDelete])), Some(PostDelete));
+        assert_eq!(delete_event(&hook(&[PreInstall])), None);
     }
 
     #[test]

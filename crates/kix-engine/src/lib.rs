@@ -47,6 +47,7 @@ pub mod claims;
 pub mod client;
 pub mod contents;
 pub mod crd_upgrade;
+pub mod delete_hooks;
 pub mod deploy;
 pub mod desired;
 pub mod diff;

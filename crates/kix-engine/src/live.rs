@@ -28,6 +28,8 @@ pub struct Live {
     pub owned: bool,
     /// It has kix's managed-by label.
     pub managed: bool,
+    /// Its package label: a prune stopped for a package leaves its objects.
+    pub package: Option<String>,
     pub digest: Option<String>,
     pub activations: BTreeSet<String>,
     /// Why prune keeps it whatever the build says (`kix.run/prune: disabled`,
@@ -422,6 +424,7 @@ fn to_live(meta: LeanMeta, resource: &Arc<ApiResource>, namespaced: bool) -> Liv
     Live {
         owned,
         managed: label(LABEL_MANAGED_BY) == Some(MANAGED_BY_VALUE),
+        package: label(LABEL_PACKAGE).map(|p| p.to_string()),
         digest: annotation(ANNOTATION_DIGEST).map(str::to_string),
         activations: annotation(ANNOTATION_ACTIVATIONS)
             .map(kix_api::labels::parse_activations)

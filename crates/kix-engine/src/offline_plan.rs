@@ -10,6 +10,13 @@
 //! it installed them), the CRDs of the new build alone (not served yet, as
 //! against the cluster); any other kind is taken as namespaced and served.
 //!
+//! Helm's hooks are planned as a live plan plans them ([`crate::hooks`]):
+//! every package of the `--against` build counts as installed and its
+//! `install`/`upgrade` hooks as run for their content (a hook with
+//! `hook-succeeded` as gone); a dropped hook is kept, never pruned; the
+//! delete hooks of a package the new build drops come from the `--against`
+//! build ([`crate::delete_hooks`]).
+//!
 //! What only a live cluster can tell is not in it: objects that exist
 //! without kix's ownership (a create is not shown as an adoption), fields
 //! another manager took (conflicts), immutable fields (an update the
@@ -31,7 +38,7 @@ use crate::desired::{Desired, Shapes, desired_objects};
 use crate::diff::{Redaction, diff};
 use crate::error::Result;
 use crate::plan::{Action, PlanOptions, PlannedObject, applied_manifest, by_package, count};
-use crate::plan_object::{Legacy, NOTE_HELM_KEEP, NOTE_PRUNE_DISABLED};
+use crate::plan_object::{Legacy, NOTE_HELM_HOOK, NOTE_HELM_KEEP, NOTE_PRUNE_DISABLED};
 use crate::plan_value::{CrdState, Plan};
 use crate::resources::{Resources, split_api_version};
 
@@ -54,13 +61,12 @@ pub async fn plan_against(
     options: &PlanOptions,
 ) -> Result<Plan> {
     let client = offline_client(build, against.build);
-    let live = desired_objects(
-        against.build,
-        &mut Resources::new(client.clone()),
-        Shapes::Skipped,
-    )
-    .await?;
-    let desired = desired_objects(build, &mut Resources::new(client), Shapes::Skipped).await?;
+    let mut resources = Resources::new(client.clone());
+    let live = desired_objects(against.build, &mut resources, Shapes::Skipped).await?;
+    let completed = ran_hooks(&live);
+    // Hooks that ran and removed themselves are not live.
+    let live: Vec<Desired> = live.into_iter().filter(stays_live).collect();
+    let mut desired = desired_objects(build, &mut Resources::new(client), Shapes::Skipped).await?;
     let cluster = build.cluster.clone();
     let activation = options
         .activation
@@ -73,10 +79,18 @@ pub async fn plan_against(
         .map(|d| compare(d, live_by_key.get(&d.key).copied(), &previous, &activation))
         .collect();
     let mut packages = by_package(build, objects);
-    let migrations = crate::migrations::crossed(build, &installed(against, &cluster));
-    crate::migrations::mark_objects(&mut packages, &migrations, &activation, |a| {
-        previous.contains(a) || a == activation
-    });
+    let migrations = crate::migrations::crossed(build, &installed_records(against, &cluster));
+    let mine = |a: &str| previous.contains(a) || a == activation;
+    crate::migrations::mark_objects(&mut packages, &migrations, &activation, mine);
+    let hooks = Hooks {
+        against,
+        activation: &activation,
+        mine: &mine,
+        completed: &completed,
+    };
+    hooks
+        .mark(build, &mut desired, &mut packages, &mut resources)
+        .await?;
     let prune = if options.prune {
         dropped(&desired, &live, &previous)
     } else {
@@ -108,6 +122,92 @@ pub async fn plan_against(
     plan.digest = crate::seal::digest(&plan);
     crate::drop_later(live);
     Ok(plan)
+}
+
+/// Whether an object of the `--against` build is live once that build was
+/// deployed: every object but a Helm hook a deploy did not run (delete
+/// hooks) or removed once it succeeded (`hook-succeeded`). That a deploy
+/// of it ran a hook is assumed for every `install` and `upgrade` hook (the
+/// record that says which ran is not read).
+fn stays_live(d: &Desired) -> bool {
+    let Some(hook) = d.hook.as_deref() else {
+        return true;
+    };
+    ran_by_a_deploy(hook)
+        && !hook
+            .delete
+            .contains(&kix_manifest::helm::DeletePolicy::HookSucceeded)
+}
+
+fn ran_by_a_deploy(hook: &kix_manifest::helm::Hook) -> bool {
+    crate::hooks::event_for(hook, true).is_some() || crate::hooks::event_for(hook, false).is_some()
+}
+
+/// The hooks of the `--against` build that its deploy ran, with their
+/// content, as the record remembers them.
+fn ran_hooks(against: &[Desired]) -> crate::gates::CompletedJobs {
+    against
+        .iter()
+        .filter(|d| d.hook.as_deref().is_some_and(ran_by_a_deploy))
+        .map(|d| (crate::hooks::entry(&d.key), d.digest.clone()))
+        .collect()
+}
+
+/// The Helm hooks of an offline plan, decided as a live plan decides them
+/// ([`crate::hooks`], [`crate::delete_hooks`]).
+struct Hooks<'a> {
+    against: &'a Against<'a>,
+    activation: &'a str,
+    mine: &'a dyn Fn(&str) -> bool,
+    /// The hooks its deploy ran ([`ran_hooks`]).
+    completed: &'a crate::gates::CompletedJobs,
+}
+
+impl Hooks<'_> {
+    /// Marks the hooks of `build` (every package of the `--against` build
+    /// installed, its hooks run), and adds the delete hooks of the packages
+    /// `build` drops, from the `--against` build.
+    async fn mark(
+        &self,
+        build: &Build,
+        desired: &mut Vec<Desired>,
+        packages: &mut Vec<crate::plan_object::PackagePlan>,
+        resources: &mut Resources,
+    ) -> Result<()> {
+        let installed: BTreeSet<String> = self
+            .against
+            .build
+            .packages
+            .iter()
+            .map(|p| p.name.clone())
+            .collect();
+        let context = crate::hooks::Context {
+            installed: &installed,
+            completed: self.completed,
+            only: None,
+            activation: self.activation,
+            mine: self.mine,
+        };
+        crate::hooks::mark(packages, desired, &context);
+        let cluster = &build.cluster;
+        let dropped =
+            crate::delete_hooks::dropped(build, &installed_records(self.against, cluster));
+        for (package, version) in dropped {
+            let hooks =
+                crate::delete_hooks::hooks_in(self.against.build, &package, resources).await?;
+            if hooks.is_empty() {
+                continue;
+            }
+            let removed = crate::delete_hooks::Removed {
+                package,
+                version,
+                hooks,
+            };
+            packages.push(crate::delete_hooks::planned(&removed, self.activation));
+            desired.extend(removed.hooks);
+        }
+        Ok(())
+    }
 }
 
 /// `<cluster>-<n+1>` after `current` (`<cluster>-<n>`); `<cluster>-next`
@@ -186,7 +286,7 @@ fn dropped(
             PlannedObject {
                 key: l.key.clone(),
                 api_version: l.api_version.clone(),
-                package: String::new(),
+                package: l.package.clone(),
                 action,
                 changes: vec![],
                 fields: vec![],
@@ -212,6 +312,8 @@ fn kept(l: &Desired) -> Option<&'static str> {
         Some(NOTE_PRUNE_DISABLED)
     } else if kix_manifest::helm::keeps(annotation(kix_manifest::helm::RESOURCE_POLICY)) {
         Some(NOTE_HELM_KEEP)
+    } else if l.hook.is_some() {
+        Some(NOTE_HELM_HOOK)
     } else {
         None
     }
@@ -219,7 +321,7 @@ fn kept(l: &Desired) -> Option<&'static str> {
 
 /// The packages of the old build, installed: what migrations are crossed
 /// from.
-fn installed(against: &Against<'_>, cluster: &str) -> Vec<PackageInstance> {
+fn installed_records(against: &Against<'_>, cluster: &str) -> Vec<PackageInstance> {
     let activation = against.activation.clone().unwrap_or_default();
     against
         .build

@@ -364,14 +364,23 @@ impl PackageRecords {
     }
 
     /// After prune: deletes the Removing records, or, when deletions failed,
-    /// keeps them with the reason.
-    pub async fn removed(&mut self, failed: &[FailedDeletion]) -> Result<()> {
+    /// keeps them with the reason. `stopped`: the packages whose
+    /// `pre-delete` hook failed (nothing of them pruned), with the failure.
+    pub async fn removed(
+        &mut self,
+        failed: &[FailedDeletion],
+        stopped: &BTreeMap<String, String>,
+    ) -> Result<()> {
         let api: Api<PackageInstance> = Api::all(self.client.clone());
         for package in std::mem::take(&mut self.removing) {
             let Some(pi) = self.records.get(&package).cloned() else {
                 continue;
             };
-            if failed.is_empty() {
+            if let Some(failure) = stopped.get(&package) {
+                let mut status = pi.status.clone().unwrap_or_default();
+                status.message = Some(truncate(failure, 1000));
+                self.write(pi, None, status).await?;
+            } else if failed.is_empty() {
                 let name = pi.name_any();
                 match api.delete(&name, &DeleteParams::default()).await {
                     Ok(_) => {}

@@ -147,7 +147,7 @@ pub async fn plan_prefetched(
         ..
     } = prefetched;
     let ctx = Ctx::new(build, &all_records, options, labelled);
-    let desired = desired_objects(build, &mut resources, Shapes::Skipped).await?;
+    let mut desired = desired_objects(build, &mut resources, Shapes::Skipped).await?;
     let observed = match &options.only {
         None => {
             let early = early.unwrap_or_else(|| list_early(client, &recorded, &ctx.selector));
@@ -161,7 +161,9 @@ pub async fn plan_prefetched(
     });
     let checked = dry_run_all(client, first_pass, &desired, &observed, &ctx, options).await?;
     let mut packages = by_package(build, checked);
-    let migrations = crossed_and_hooks(client, build, &desired, &mut packages, &ctx).await?;
+    let history = records::of_cluster(&all_records, &ctx.cluster);
+    let hooks = (&mut desired, &mut packages, &mut resources);
+    let migrations = crossed_and_hooks(client, build, hooks, &history, &ctx).await?;
     let crd_upgrades = crate::crd_upgrade::analyse(
         client,
         &desired,
@@ -748,18 +750,31 @@ pub(crate) fn by_package(build: &Build, checked: Vec<PlannedObject>) -> Vec<Pack
 
 /// Migrations crossed from the installed versions (PackageInstance records);
 /// objects a migration recreates become replaces. Then the Helm hooks the
-/// deploy runs, by the same records ([`mark_hooks`]).
+/// deploy runs, by the same records ([`mark_hooks`]), and the delete hooks
+/// of the packages the build drops, read from the builds of `history` (the
+/// Kix cluster's records, oldest first): a package of their own in the
+/// plan, their objects after the build's in `desired`
+/// ([`crate::delete_hooks`]).
 async fn crossed_and_hooks(
     client: &Client,
     build: &Build,
-    desired: &[Desired],
-    packages: &mut [PackagePlan],
+    (desired, packages, resources): (&mut Vec<Desired>, &mut Vec<PackagePlan>, &mut Resources),
+    history: &[&Activation],
     ctx: &Ctx,
 ) -> Result<Vec<crate::migrations::PlannedMigration>> {
     let instances = records::package_instances(client, &ctx.cluster).await?;
     let migrations = crate::migrations::crossed(build, &instances);
     crate::migrations::mark_objects(packages, &migrations, &ctx.activation, |a| ctx.mine(a));
     mark_hooks(packages, desired, &instances, ctx);
+    let dropped = crate::delete_hooks::dropped(build, &instances);
+    // A scoped plan (the operator's repairs) removes no package.
+    if ctx.only.is_none() && !dropped.is_empty() {
+        let removed = crate::delete_hooks::removed(dropped, history, resources).await?;
+        for removed in removed.into_iter().filter(|r| !r.hooks.is_empty()) {
+            packages.push(crate::delete_hooks::planned(&removed, &ctx.activation));
+            desired.extend(removed.hooks);
+        }
+    }
     Ok(migrations)
 }
 
@@ -835,7 +850,7 @@ fn dropped(l: &Live, ctx: &Ctx) -> PlannedObject {
     PlannedObject {
         key: l.key.clone(),
         api_version: l.api_version().to_string(),
-        package: String::new(),
+        package: l.package.clone().unwrap_or_default(),
         action,
         changes: vec![],
         fields: vec![],
