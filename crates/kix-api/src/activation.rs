@@ -298,7 +298,41 @@ pub struct ActivationStatus {
     /// lists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deleting_total: Option<u32>,
+    /// What the operator's alerts were sent of this record (its
+    /// `--alerts`): per alert and kind of notice (the phase, deletions
+    /// held, a drift fight, a stuck deletion) the last one delivered or
+    /// given up on, so a restarted operator or a new leader sends each
+    /// change once. At most one entry per alert and kind: bounded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notifications: Vec<Notified>,
 }
+
+/// The last notice of one kind an alert was sent of a record
+/// (`status.notifications`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Notified {
+    /// The alert's name in the operator's alerts file.
+    pub alert: String,
+    /// The notice's event: Applying, Active, Degraded, Failed,
+    /// DeletionsHeld, DriftFight or StuckDeletion.
+    pub event: String,
+    /// The record's generation the notice was about.
+    #[serde(default)]
+    pub generation: i64,
+    /// For a condition (deletions held, a drift fight) or a stuck
+    /// deletion: since when it holds, so its next occurrence is a new
+    /// notice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Set when the notice was not delivered (retries exhausted, refused,
+    /// its Secret missing): why, never a credential. It is not sent again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The most entries `status.notifications` keeps.
+pub const NOTIFIED_LISTED: usize = 64;
 
 /// How many deleting objects a record lists (the rest are counted): the
 /// record must not grow with the number of objects.
@@ -396,6 +430,14 @@ impl ActivationStatus {
             }
         }
         self.deleting_total = bound_list(&mut self.deleting, self.deleting_total, DELETING_LISTED);
+        self.notifications.truncate(NOTIFIED_LISTED);
+        for n in &mut self.notifications {
+            if let Some(error) = &mut n.error
+                && error.len() > REASON_MAX
+            {
+                *error = truncate(error, REASON_MAX);
+            }
+        }
         for d in &mut self.deleting {
             d.finalizers.truncate(FINALIZERS_LISTED);
         }

@@ -27,8 +27,8 @@ mod schema;
 pub use activation::{
     Accepted, Activation, ActivationSpec, ActivationStatus, Counts, DELETING_LISTED,
     DeletingObject, Drift, Engine, FAILED_DELETIONS_LISTED, FINALIZERS_LISTED, FailedDeletion,
-    MESSAGE_MAX, PENDING_PRUNE_LISTED, Phase, Progress, REASON_MAX, Receipt, Source, is_terminal,
-    truncate,
+    MESSAGE_MAX, NOTIFIED_LISTED, Notified, PENDING_PRUNE_LISTED, Phase, Progress, REASON_MAX,
+    Receipt, Source, is_terminal, truncate,
 };
 pub use admission::ServiceAccountRef;
 pub use crds::{crd_digest, crds, crds_yaml};

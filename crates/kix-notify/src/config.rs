@@ -1,7 +1,7 @@
 //! The alerts an operator sends: a JSON file (`kix-operator --alerts FILE`,
 //! written by the NixOS module or mounted from a ConfigMap). Credentials are
 //! never in it: each names a key of a Secret in the operator's namespace,
-//! read by the operator at start.
+//! read by the operator each time it sends a notice.
 //!
 //! ```json
 //! {"alerts": [
@@ -19,12 +19,14 @@ use serde::Deserialize;
 
 use crate::{Event, Secret, Target};
 
-/// A key of a Secret in the operator's namespace.
+/// A key of a Secret in the operator's namespace, or in `namespace`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecretKey {
     pub name: String,
     pub key: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
 }
 
 /// The alerts file.
@@ -131,7 +133,8 @@ impl Alert {
 }
 
 impl TargetSpec {
-    fn secret_key(&self) -> &SecretKey {
+    /// The Secret key holding this target's credential.
+    pub fn secret_key(&self) -> &SecretKey {
         match self {
             TargetSpec::Webhook { url_secret } | TargetSpec::Slack { url_secret } => url_secret,
             TargetSpec::GitHub { token_secret, .. } | TargetSpec::GitLab { token_secret, .. } => {

@@ -30,7 +30,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use config::{Alert, Alerts, ConfigError, SecretKey, TargetSpec};
-pub use payload::{Request, request};
+pub use payload::{Request, github_status_problem, request};
+/// The HTTP client deliveries take ([`http_client`]).
+pub use reqwest::Client as HttpClient;
 
 /// What happened to a record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

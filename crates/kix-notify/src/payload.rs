@@ -90,6 +90,30 @@ pub fn request(target: &Target, notice: &Notice) -> Option<Request> {
     }
 }
 
+/// Why `body` is not a request body GitHub's REST reference documents for
+/// "Create a commit status": `state` required, one of error, failure,
+/// pending, success; `target_url` and `description` strings or null and
+/// `context` a string, optional; no other field. None: it is one.
+pub fn github_status_problem(body: &Value) -> Option<String> {
+    let Some(object) = body.as_object() else {
+        return Some("not a JSON object".into());
+    };
+    match object.get("state").and_then(Value::as_str) {
+        Some("error" | "failure" | "pending" | "success") => {}
+        Some(other) => return Some(format!("state {other:?} is not a GitHub status state")),
+        None => return Some("state is required".into()),
+    }
+    object
+        .iter()
+        .find_map(|(field, value)| match field.as_str() {
+            "state" => None,
+            "target_url" | "description" => (!(value.is_string() || value.is_null()))
+                .then(|| format!("{field} is not a string")),
+            "context" => (!value.is_string()).then(|| "context is not a string".to_string()),
+            other => Some(format!("GitHub documents no field {other:?}")),
+        })
+}
+
 /// A commit SHA (hex, 7 to 64 characters), or none.
 fn revision(notice: &Notice) -> Option<&str> {
     notice

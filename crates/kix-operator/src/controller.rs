@@ -87,6 +87,8 @@ pub struct Context {
     /// With `--shards` above 1: the shards this replica acts on now
     /// ([`crate::shards`]); None: every record (the leader's).
     pub shards: Option<Arc<crate::shards::ShardSet>>,
+    /// With `--alerts`: this term's notifications ([`crate::notify`]).
+    pub notifier: Option<Arc<crate::notify::Notifier>>,
 }
 
 /// The objects of a record the watches saw change, since its last plan.
@@ -513,6 +515,9 @@ async fn prepare(
     };
     crate::faults::inject(crate::faults::Point::Acting, &cluster);
     watch_kinds(ctx, &build);
+    if let Some(notifier) = &ctx.notifier {
+        notifier.note_build(path.as_str(), &build);
+    }
     let first_look = crate::triggers::note_build(ctx, &name, path.as_str(), &build);
     let mut prepared = Prepared {
         path,

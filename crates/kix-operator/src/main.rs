@@ -20,6 +20,7 @@ mod fights;
 mod guard;
 mod http;
 mod metrics;
+mod notify;
 mod shard;
 mod shards;
 mod tenant;
@@ -77,6 +78,18 @@ struct Args {
     /// only where nothing but that proxy can reach --web-addr.
     #[arg(long, value_name = "USER,GROUP", requires = "web_addr", value_parser = proxy_headers)]
     web_proxy_headers: Option<kix_web::ProxyHeaders>,
+    /// Send notices of the records' phase changes (and deletions held,
+    /// drift fights, stuck deletions) as this alerts file says (JSON, see
+    /// docs/operator.md "Notifications"); its credentials are keys of
+    /// Secrets, read when a notice is sent. A bad file: the operator does
+    /// not start. Default: no notices.
+    #[arg(long, env = "KIX_ALERTS", value_name = "FILE")]
+    alerts: Option<PathBuf>,
+    /// The web view's URL as people reach it (e.g.
+    /// https://kix.example.com), for the notices' links; default, with
+    /// --web-addr: http://ADDR.
+    #[arg(long, value_name = "BASE")]
+    web_url: Option<String>,
     /// The least time between two full re-checks of an Active record,
     /// besides the watches on owned objects, which repair drift at once
     /// (e.g. 60s, 5m).
@@ -372,6 +385,7 @@ fn context(
         records,
         upkeep: upkeep::Upkeep::new(args.resync_interval, args.resync_budget, upkeep_permits),
         shards: None,
+        notifier: None,
     }
 }
 
@@ -388,10 +402,17 @@ fn controller(
     trigger_rx: tokio::sync::mpsc::UnboundedReceiver<reflector::ObjectRef<Activation>>,
 ) -> impl std::future::Future<Output = ()> + use<> {
     let records: Api<Activation> = Api::all(client.clone());
+    let observed = ctx.clone();
     let record_changes = watcher::watcher(records, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .applied_objects()
+        // Every change of a record, status too: its notices are due now.
+        .inspect(move |record| {
+            if let Ok(record) = record {
+                notify::observe(&observed, record);
+            }
+        })
         .filter(triggers::record_changes());
     let bounded = kube::runtime::controller::Config::default().concurrency(args.concurrency);
     Controller::for_stream(record_changes, reader)
@@ -412,6 +433,7 @@ struct Sharded<'a> {
     clients: &'a Arc<Clients>,
     metrics: &'a Arc<Metrics>,
     fetcher: &'a Arc<kix_nix::Fetcher>,
+    alerting: Option<&'a Arc<notify::Alerting>>,
 }
 
 /// `--shards` above 1: the shard Leases taken and renewed beside one
@@ -428,6 +450,7 @@ async fn run_sharded(
         clients,
         metrics,
         fetcher,
+        alerting,
     } = run;
     let client = clients.own().clone();
     let set = shards::ShardSet::new(args.shards);
@@ -448,6 +471,7 @@ async fn run_sharded(
     info!(%identity, shards = args.shards, "sharded: taking a fair share of the shard Leases");
     let (trigger_tx, trigger_rx) = unbounded_channel();
     let (reader, writer) = reflector::store();
+    let (notifier, jobs) = notify::for_term(alerting, &client, metrics);
     let mut ctx = context(
         args,
         identity,
@@ -458,7 +482,9 @@ async fn run_sharded(
         reader.clone(),
     );
     ctx.shards = Some(set.clone());
+    ctx.notifier = notifier;
     let ctx = Arc::new(ctx);
+    let notifying = notify::spawn(&ctx, jobs);
     let watches = tokio::spawn(triggers::run(ctx.clone(), trigger_tx.clone()));
     let gains = tokio::spawn(reconcile_gained(ctx.clone(), gained_rx, trigger_tx));
     let mut running = Box::pin(controller(args, &client, ctx, writer, reader, trigger_rx));
@@ -471,6 +497,9 @@ async fn run_sharded(
     drop(running);
     watches.abort();
     gains.abort();
+    if let Some(notifying) = notifying {
+        notifying.abort();
+    }
     let _ = stop_tx.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), electing).await;
     Ok(())
@@ -552,6 +581,19 @@ async fn serve_web(
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_logging(args.log_format);
+    // A bad alerts file stops the operator before it acts on anything.
+    let web_url = args
+        .web_url
+        .clone()
+        .or_else(|| args.web_addr.map(|addr| format!("http://{addr}")));
+    let alerting = match &args.alerts {
+        Some(file) => Some(Arc::new(notify::Alerting::load(
+            file,
+            web_url,
+            &args.lease_namespace,
+        )?)),
+        None => None,
+    };
     let identity = args.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/etc/hostname")
             .map(|h| h.trim().to_string())
@@ -581,6 +623,7 @@ async fn main() -> anyhow::Result<()> {
             clients: &clients,
             metrics: &metrics,
             fetcher: &fetcher,
+            alerting: alerting.as_ref(),
         };
         return run_sharded(run, shutdown_signal()).await;
     }
@@ -612,7 +655,8 @@ async fn main() -> anyhow::Result<()> {
         metrics.leader.store(true, Ordering::Relaxed);
         let (trigger_tx, trigger_rx) = unbounded_channel();
         let (reader, writer) = reflector::store();
-        let ctx = Arc::new(context(
+        let (notifier, jobs) = notify::for_term(alerting.as_ref(), &client, &metrics);
+        let mut ctx = context(
             &args,
             &identity,
             &clients,
@@ -620,7 +664,10 @@ async fn main() -> anyhow::Result<()> {
             &trigger_tx,
             &fetcher,
             reader.clone(),
-        ));
+        );
+        ctx.notifier = notifier;
+        let ctx = Arc::new(ctx);
+        let notifying = notify::spawn(&ctx, jobs);
         let watches = tokio::spawn(triggers::run(ctx.clone(), trigger_tx));
         let controller = controller(&args, &client, ctx, writer, reader, trigger_rx);
         tokio::pin!(controller);
@@ -643,6 +690,10 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         watches.abort();
+        // A new term starts from what the records say was sent.
+        if let Some(notifying) = notifying {
+            notifying.abort();
+        }
     }
 }
 

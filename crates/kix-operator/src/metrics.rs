@@ -24,6 +24,8 @@ pub struct Metrics {
     resyncs_deferred: AtomicU64,
     /// Errors by reason (the error variant, a bounded set).
     errors: Mutex<BTreeMap<String, u64>>,
+    /// Notices by alert (the alerts file's, a bounded set) and outcome.
+    notifications: Mutex<BTreeMap<(String, &'static str), u64>>,
     /// Per bucket counts, then sum (micro-seconds) and count.
     durations: Mutex<([u64; BUCKETS.len()], u64, u64)>,
     pub leader: AtomicBool,
@@ -70,6 +72,13 @@ impl Metrics {
     pub fn store_freed(&self, paths: u64, bytes: u64) {
         self.store_paths_freed.fetch_add(paths, Ordering::Relaxed);
         self.store_bytes_freed.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// A notice for `alert` ended: delivered, failed, no_secret or skipped.
+    pub fn notification(&self, alert: &str, outcome: &'static str) {
+        if let Ok(mut n) = self.notifications.lock() {
+            *n.entry((alert.to_string(), outcome)).or_default() += 1;
+        }
     }
 
     pub fn error(&self, reason: &str) {
@@ -156,6 +165,7 @@ impl Metrics {
                 let _ = writeln!(out, "kix_operator_errors_total{{reason=\"{reason}\"}} {n}");
             }
         }
+        self.render_notifications(&mut out);
         let _ = writeln!(
             out,
             "# HELP kix_operator_reconcile_duration_seconds Time one reconcile took."
@@ -195,6 +205,31 @@ impl Metrics {
             u8::from(self.leader.load(Ordering::Relaxed))
         );
         out
+    }
+}
+
+impl Metrics {
+    fn render_notifications(&self, out: &mut String) {
+        let name = "kix_operator_notifications_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Notices of the alerts (--alerts) by alert and outcome (delivered, failed, no_secret, skipped)."
+        );
+        let _ = writeln!(out, "# TYPE {name} counter");
+        if let Ok(n) = self.notifications.lock() {
+            for ((alert, outcome), count) in n.iter() {
+                // Alert names are the operator's config: escaped as the
+                // text format asks.
+                let alert = alert
+                    .replace('\\', "\\\\")
+                    .replace('"', "\\\"")
+                    .replace('\n', "\\n");
+                let _ = writeln!(
+                    out,
+                    "{name}{{alert=\"{alert}\",outcome=\"{outcome}\"}} {count}"
+                );
+            }
+        }
     }
 }
 
