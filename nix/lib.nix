@@ -1,6 +1,6 @@
 # The kix Nix library.
 #
-#   kix.lib.mkCluster { pkgs, name, packages, settings ? {}, health ? [], serviceAccount ? null }
+#   kix.lib.mkCluster { pkgs, name, packages, settings ? {}, health ? [], serviceAccount ? null, revision ? null }
 #   kix.lib.mkFleet { name, members, waves, maxParallel ? null, pause ? "0s" }  (nix/fleet.nix)
 #   kix.lib.mkTenants { pkgs, platform ? {}, clusters }  (nix/tenants.nix)
 #   kix.lib.helm.fetch / kix.lib.helm.render  (nix/helm.nix): Helm charts as packages
@@ -8,7 +8,7 @@
 #
 # returns a derivation whose output is a format-1 manifest tree:
 #
-#   kix.json                                  {"format":1,"cluster":name,"packages":[...],"settings":{...},"health"?:[...]}
+#   kix.json                                  {"format":1,"cluster":name,"packages":[...],"settings":{...},"health"?:[...],"revision"?:sha}
 #   packages/<package>/package.json           {"name","version","dependsOn","namespace"?,"migrations","handoff"?,"health"?,"source"?}
 #   packages/<package>/resources/NNN-<kind>-<name>.json    one per Nix attrset in `resources`
 #   packages/<package>/resources/manifests/NNN-<basename>  each of `manifests` (file or directory)
@@ -54,6 +54,12 @@
 # Nix binary cache `kix push` and `kix deploy --operator` publish the build
 # to, signed, and the keys it is trusted under). Null values are dropped; unknown settings pass through
 # to kix.json unchanged.
+#
+# `revision = self.rev or null;`: the commit the build is made from (7 to
+# 64 lowercase hex digits; a dirty tree has no `self.rev`: null), written to
+# kix.json. Records carry it (`spec.source.revision`) and the operator's
+# GitHub/GitLab commit statuses are set on it (docs/operator.md,
+# Notifications). A build per commit: the store path changes with it.
 #
 # `serviceAccount = { namespace = "team-a"; name = "kix"; }` (also accepted
 # as `settings.serviceAccount`; both given, they must be equal): the
@@ -282,6 +288,7 @@ let
       settings ? { },
       health ? [ ],
       serviceAccount ? null,
+      revision ? null,
     }:
     let
       fail = msg: throw "kix.mkCluster: cluster ${quote name}: ${msg}";
@@ -296,6 +303,11 @@ let
         (isAttrs settings || fail "`settings` must be an attrset, got ${describeValue settings}")
         (isList health || fail "`health` must be a list of health rules, got ${describeValue health}")
         (all (x: x) (imap0 (i: checkHealthRule (msg: fail "health ${toString i}: ${msg}")) health))
+        (
+          revision == null
+          || isString revision && match "[0-9a-f]{7,64}" revision != null
+          || fail "`revision` must be a commit (7 to 64 lowercase hex digits: `self.rev or null`), got ${describeValue revision}"
+        )
       ];
 
       # ---- packages: list or attrset → attrset name → declaration --------
@@ -716,6 +728,7 @@ let
           settings = evaluatedSettings;
         }
         // (if health == [ ] then { } else { health = healthJson health; })
+        // (if revision == null then { } else { inherit revision; })
       );
 
       packageJson =

@@ -17,6 +17,8 @@
   leaseNamespace,
   # [ { namespace; name; } ]: the tenants' and the default ServiceAccount.
   impersonated ? [ ],
+  # [ { namespace; name; } ]: the Secrets the alerts' credentials are in.
+  alertSecrets ? [ ],
 }:
 let
   object = kind: name: namespace: {
@@ -46,6 +48,25 @@ let
   clusterBinding = name: binding "ClusterRoleBinding" name null "ClusterRole";
   tenantsOnly = rbac.tenantsOnly or false;
   impersonatedNamespaces = lib.unique (map (a: a.namespace) impersonated);
+
+  # `get` on the alerts' Secrets, by name, in each of their namespaces.
+  alertNamespaces = lib.unique (map (s: s.namespace) alertSecrets);
+  alertRoles = lib.concatMap (ns: [
+    (
+      object "Role" "kix-operator-alerts" ns
+      // {
+        rules = [
+          {
+            apiGroups = [ "" ];
+            resources = [ "secrets" ];
+            resourceNames = lib.unique (map (s: s.name) (builtins.filter (s: s.namespace == ns) alertSecrets));
+            verbs = [ "get" ];
+          }
+        ];
+      }
+    )
+    (binding "RoleBinding" "kix-operator-alerts" ns "Role")
+  ]) alertNamespaces;
 
   # With rbac.namespaces, writes are bound per namespace, but the engine
   # lists and watches each kind across the cluster: the same kinds, read-only.
@@ -141,6 +162,7 @@ map (name: {
 ]
 ++ impersonation
 ++ tenantLeases
+++ alertRoles
 ++ (
   if tenantsOnly then
     lib.optionals (readRules != [ ]) [

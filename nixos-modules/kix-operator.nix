@@ -43,6 +43,20 @@ let
   boundKey = name: "${boundKeyDir}/${name}.txt";
   copyAgeKeys = copyAgeIdentity || cfg.ageKeyFiles != { };
   isContainer = cfg.mode == "container";
+  # The alerts (--alerts): Secret references only, so the file may be in
+  # the store. The bootstrap lets the operator `get` exactly those Secrets.
+  alertsFile = builtins.toFile "kix-alerts.json" (builtins.toJSON { inherit (cfg) alerts; });
+  alertSecrets = map (
+    alert:
+    let
+      spec = builtins.head (builtins.attrValues (alert.target or { }) ++ [ { } ]);
+      ref = spec.urlSecret or spec.tokenSecret or { };
+    in
+    {
+      namespace = ref.namespace or cfg.settings."lease-namespace";
+      name = ref.name or "";
+    }
+  ) cfg.alerts;
   owner = if isContainer then toString (cfg.image.uid or 65532) else "kix-operator";
   group = if isContainer then toString (cfg.image.gid or 65532) else "kix-operator";
 
@@ -76,6 +90,7 @@ let
     ++ map (url: "--substituter=${url}") cfg.substituters
     ++ map (key: "--trusted-public-key=${key}") cfg.trustedPublicKeys
     ++ lib.optional (cfg.store != null) "--store=${cfg.store}"
+    ++ lib.optional (cfg.alerts != [ ]) "--alerts=${alertsFile}"
     ++ lib.concatLists (lib.mapAttrsToList renderFlag cfg.settings)
     ++ cfg.extraArgs;
   # One ExecStart argument: quoted, with systemd's specifiers escaped.
@@ -130,7 +145,7 @@ let
       rbac = {
         version = "1";
         resources = import ./kix-operator-rbac.nix {
-          inherit lib impersonated;
+          inherit lib impersonated alertSecrets;
           inherit (cfg) rbac;
           leaseNamespace = cfg.settings."lease-namespace";
         };
@@ -406,6 +421,29 @@ in
         Its platform subjects must include the operator's ServiceAccount and
         whoever the bootstrap's kubeconfig authenticates as (k3s's admin:
         group system:masters). See docs/operator.md.
+      '';
+    };
+    alerts = mkOption {
+      type = types.listOf (types.attrsOf types.anything);
+      default = [ ];
+      example = literalExpression ''
+        [
+          { name = "chat"; events = [ "Active" "Degraded" "Failed" ];
+            target.slack.urlSecret = { name = "kix-alerts"; key = "slack"; }; }
+          { name = "prs"; clusters = [ "web" ];
+            target.github = { repository = "acme/infra";
+                              tokenSecret = { name = "kix-alerts"; key = "github"; }; }; }
+        ]
+      '';
+      description = ''
+        Notices of the records' phase changes, deletions held, drift fights
+        and stuck deletions (--alerts; docs/operator.md, Notifications):
+        each { name; events ? [ ]; clusters ? [ ]; target; } with a
+        webhook, slack, github or gitlab target. Credentials are keys of
+        Secrets (urlSecret, tokenSecret: { name; key; namespace ? }, in
+        settings."lease-namespace" by default), never values: the file is
+        written to the store. The bootstrap grants the operator `get` on
+        exactly those Secrets. Links in the notices: settings."web-url".
       '';
     };
     logFormat = option (types.enum [ "text" "json" ]) "text" "Log format on stderr (journald): --log-format.";

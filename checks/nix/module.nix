@@ -209,6 +209,7 @@ in
   moduleOptionNames = eq [
     "ageIdentityFile"
     "ageKeyFiles"
+    "alerts"
     "bootstrap"
     "clusters"
     "container"
@@ -271,7 +272,7 @@ in
   optionDocsDefaultsWithoutStorePaths = eq [ ] (
     map (d: d.name) (builtins.filter (d: has "/nix/store" (builtins.toJSON (d.default or null))) docs)
   );
-  optionDocsCount = eq 44 (builtins.length docs);
+  optionDocsCount = eq 45 (builtins.length docs);
   moduleClusterOptionNames = eq [
     "absent"
     "acceptMigrations"
@@ -579,6 +580,67 @@ in
         ageIdentityFile = "${builtins.storeDir}/0123456789abcdfghijklmnpqrsvwxyz-key.txt";
       })
     )
+  );
+  # Alerts: a JSON file in the store of Secret references only, passed as
+  # --alerts; the bootstrap lets the operator `get` exactly those Secrets,
+  # in the lease namespace unless a reference names its own.
+  alertsFileAndTheirSecrets =
+    let
+      alerts = [
+        {
+          name = "hook";
+          target.webhook.urlSecret = {
+            name = "kix-alerts";
+            key = "hook";
+          };
+        }
+        {
+          name = "prs";
+          clusters = [ "web" ];
+          target.github = {
+            repository = "acme/infra";
+            tokenSecret = {
+              name = "gh";
+              key = "token";
+              namespace = "ci";
+            };
+          };
+        }
+      ];
+      c = eval {
+        enable = true;
+        mode = "host";
+        kubeconfigFile = k3sKubeconfig;
+        inherit alerts;
+      };
+      start = c.systemd.services.kix-operator.serviceConfig.ExecStart;
+      file = builtins.head (builtins.match ".*\"--alerts=([^\"]+)\".*" start);
+      roles = builtins.filter (o: o.kind == "Role" && o.metadata.name == "kix-operator-alerts") (objectsOf c);
+      bindings = builtins.filter (o: o.kind == "RoleBinding" && o.metadata.name == "kix-operator-alerts") (objectsOf c);
+    in
+    eq {
+      file = { inherit alerts; };
+      roles = [
+        "ci:get:gh"
+        "kube-system:get:kix-alerts"
+      ];
+      bindings = [ "ci" "kube-system" ];
+    } {
+      file = builtins.fromJSON (builtins.readFile file);
+      roles = sorted (
+        map (
+          r:
+          let
+            rule = builtins.head r.rules;
+          in
+          "${r.metadata.namespace}:${lib.concatStringsSep "," rule.verbs}:${lib.concatStringsSep "," rule.resourceNames}"
+        ) roles
+      );
+      bindings = sorted (map (b: b.metadata.namespace) bindings);
+    };
+  noAlertsNoFlagNoSecrets = ok (
+    !(has "--alerts" hostUnit.serviceConfig.ExecStart)
+    && !(builtins.any (o: o.metadata.name == "kix-operator-alerts") objects)
   );
   # Keys bound to Kix clusters: each copied by root to age-keys/<cluster>.txt
   # and passed as --age-key-file=<cluster>=<file>; the declared cluster of

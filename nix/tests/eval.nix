@@ -393,6 +393,13 @@ let
         name = "kix";
       };
     }).kix_cluster).settings.serviceAccount;
+    # The commit the build is made from (self.rev), in kix.json; none given,
+    # no field.
+    revisionInKixJson = eq "0123456789abcdef0123456789abcdef01234567" (fromJSON (mk {
+      packages = { };
+      revision = "0123456789abcdef0123456789abcdef01234567";
+    }).kix_cluster).revision;
+    noRevisionNoField = eq false ((fromJSON (mk { packages = { }; }).kix_cluster) ? revision);
     serviceAccountAsSetting = eq "team-a" (mk {
       packages = { };
       settings.serviceAccount = {

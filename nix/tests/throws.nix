@@ -456,6 +456,22 @@ in
         settings.deletionBudget.share = 5;
       });
 
+  # revision: a commit, as self.rev (a dirty tree's self.dirtyRev is not).
+  revisionDirty =
+    case
+      [ "cluster \"prod\"" "`revision` must be a commit" "0123456-dirty" ]
+      (mk {
+        packages = { };
+        revision = "0123456-dirty";
+      });
+  revisionUpperCase =
+    case
+      [ "`revision` must be a commit" "ABCDEF1" ]
+      (mk {
+        packages = { };
+        revision = "ABCDEF1";
+      });
+
   # serviceAccount: exactly { namespace; name; }, non-empty strings, given
   # once (or the same in both places).
   serviceAccountNotAnAttrset =

@@ -582,6 +582,7 @@ mod tests {
             current_path: Some("/nix/store/zyxwvsrqpnmlkjihgfdcba9876543210-kix-prod".into()),
             current_phase: Some(Phase::Active),
             service_account: None,
+            revision: None,
             activation: "prod-7".into(),
             kix_crds: CrdState::Current,
             packages: vec![

@@ -255,3 +255,33 @@ async fn status_lists_by_its_kix_clusters_own_label() {
         "one LIST of ConfigMaps by {label}, the Kix cluster's label: {lists:#?}"
     );
 }
+
+/// A build made from a commit (`revision` in its kix.json, the flake's
+/// `self.rev`): its record names the commit (which commit statuses are
+/// set on), and status and plan -o json say it.
+#[tokio::test]
+async fn a_builds_revision_is_on_its_record_and_in_status() {
+    let kix = Kix::new("status-rev").await;
+    let sha = "0123456789abcdef0123456789abcdef01234567";
+    let tree = kix.tree("v1", &configmap("alpha", "1"), serde_json::json!({}));
+    let file = tree.join("kix.json");
+    let mut head: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("kix.json")).expect("json");
+    head["revision"] = sha.into();
+    std::fs::write(&file, head.to_string()).expect("kix.json");
+    let path = tree.to_str().expect("utf-8");
+    let plan = kix
+        .kix(&["plan", kix.cluster(), "--path", path, "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(plan["revision"], sha, "{plan:#}");
+    kix.deploy(&tree, &[]).ok();
+    let records = kix.records().await;
+    let record = records.last().expect("a record");
+    assert_eq!(record.spec.source.revision.as_deref(), Some(sha));
+    let status = kix
+        .kix(&["status", kix.cluster(), "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(status["current"]["revision"], sha, "{status:#}");
+}

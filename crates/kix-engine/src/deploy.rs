@@ -454,7 +454,12 @@ pub fn activation_spec(plan: &Plan, options: &DeployOptions) -> ActivationSpec {
         source: Source {
             path: plan.store_path.clone(),
             flake: options.receipt.flake.clone(),
-            revision: options.receipt.revision.clone(),
+            // The build's own (its kix.json), unless the front end names one.
+            revision: options
+                .receipt
+                .revision
+                .clone()
+                .or_else(|| plan.revision.clone()),
             cache: options.receipt.cache.clone(),
             signed_by: options.receipt.signed_by.clone(),
         },

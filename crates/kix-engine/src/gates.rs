@@ -473,6 +473,7 @@ mod tests {
             current_path: None,
             current_phase: None,
             service_account: None,
+            revision: None,
             activation: "prod-7".into(),
             kix_crds: CrdState::Current,
             packages: vec![PackagePlan {
@@ -791,6 +792,7 @@ mod tests {
             cluster: "prod".into(),
             format: 1,
             settings: Default::default(),
+            revision: None,
             health: Vec::new(),
             dropped: Vec::new(),
             packages,

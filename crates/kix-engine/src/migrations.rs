@@ -878,6 +878,7 @@ mod tests {
             cluster: "c".into(),
             format: 1,
             settings: Default::default(),
+            revision: None,
             health: Vec::new(),
             dropped: Vec::new(),
             packages: vec![package("2.0.0", vec![migration("1.0.0", "2.0.0")])],

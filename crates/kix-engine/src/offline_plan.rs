@@ -104,6 +104,7 @@ pub async fn plan_against(
         current_path: Some(against.store_path.to_string()),
         current_phase: against.phase,
         service_account: crate::plan_value::declared_account(&build.settings),
+        revision: build.revision.clone(),
         kix_crds: CrdState::Current,
         counts,
         packages,

@@ -188,6 +188,7 @@ pub async fn plan_prefetched(
         current_path: current.map(|c| c.spec.source.path.clone()),
         current_phase: current.and_then(|c| c.phase()),
         service_account: crate::plan_value::declared_account(&build.settings),
+        revision: build.revision.clone(),
         kix_crds,
         counts,
         packages,

@@ -27,6 +27,10 @@ pub struct Plan {
     /// recorded in the Activation, impersonated by the executor's client.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_account: Option<kix_api::ServiceAccountRef>,
+    /// The commit the build was made from (`revision` in its `kix.json`):
+    /// recorded as the Activation's `spec.source.revision`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
     /// The name the deploy of this plan records (`<cluster>-<n>`); applied
     /// objects name it in their activations annotation.
     pub activation: String,

@@ -139,6 +139,11 @@ pub struct Build {
     pub cluster: String,
     pub format: u32,
     pub settings: Settings,
+    /// The commit the build was made from (`revision` in `kix.json`, the
+    /// flake's `self.rev`): 7 to 64 lowercase hex digits. Records carry it
+    /// (`spec.source.revision`) and commit statuses are set on it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
     /// The CEL health rules of `kix.json`, then of each package (in
     /// dependency order), each named by its file and place: compiled and
     /// checked by [`read_tree`]; [`Build::health_rules`] compiles them.
@@ -395,6 +400,8 @@ struct KixJson {
     settings: Settings,
     #[serde(default)]
     health: Vec<kix_health::RuleSpec>,
+    #[serde(default)]
+    revision: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -563,6 +570,7 @@ pub fn read_tree(root: &Path, options: &ReadOptions) -> Result<Build, TreeError>
         cluster: kix.cluster,
         format: FORMAT,
         settings: kix.settings,
+        revision: kix.revision,
         health,
         dropped,
         packages,
@@ -745,6 +753,13 @@ struct KixInfo {
     packages: Vec<String>,
     settings: Settings,
     health: Vec<kix_health::RuleSpec>,
+    revision: Option<String>,
+}
+
+/// A commit: 7 to 64 lowercase hex digits (a short or full SHA-1 or
+/// SHA-256 object name).
+fn is_revision(text: &str) -> bool {
+    (7..=64).contains(&text.len()) && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Health rules as declared in `file`, each named `<file> health[<i>]`.
@@ -960,6 +975,14 @@ impl Reader<'_> {
         }
         let kix = self.read_kix_json(kix_json_path)?;
         check_name(&kix.cluster, "cluster", kix_json_path)?;
+        if let Some(revision) = kix.revision.as_deref().filter(|r| !is_revision(r)) {
+            return Err(TreeError::Unparsable {
+                file: kix_json_path.into(),
+                message: format!(
+                    "revision {revision:?} is not a commit (7 to 64 lowercase hex digits, as the flake's self.rev)"
+                ),
+            });
+        }
         let mut listed = BTreeSet::new();
         for name in &kix.packages {
             check_name(name, "package", kix_json_path)?;
@@ -1012,6 +1035,7 @@ impl Reader<'_> {
                 .collect(),
             settings: kix.settings,
             health: kix.health,
+            revision: kix.revision,
         })
     }
 

@@ -635,3 +635,35 @@ fn json_objects_on_consecutive_lines_of_a_yaml_file_are_two_objects() {
     let error = read_one(&format!("{text}kind: x\n")).expect_err("refused");
     assert!(error.contains("line 3: JSON:"), "{error}");
 }
+
+#[test]
+fn a_builds_source_revision_is_a_commit_or_refused_naming_kix_json() {
+    let store = Store::with_app();
+    assert_eq!(store.read().expect("no revision").revision, None);
+    let full = "0123456789abcdef0123456789abcdef01234567";
+    for good in [full, "abc1234", &"f".repeat(64)] {
+        let kix =
+            format!(r#"{{"format":1,"cluster":"test","packages":["app"],"revision":"{good}"}}"#);
+        store.write("kix.json", &kix);
+        assert_eq!(store.read().expect(good).revision.as_deref(), Some(good));
+    }
+    for bad in [
+        "",
+        "abc123",
+        "ABCDEF1",
+        "0123456-dirty",
+        &"a".repeat(65),
+        "g123456",
+    ] {
+        let kix =
+            format!(r#"{{"format":1,"cluster":"test","packages":["app"],"revision":"{bad}"}}"#);
+        store.write("kix.json", &kix);
+        let error = store.read().expect_err(bad).to_string();
+        assert_eq!(
+            error,
+            format!(
+                "kix.json: revision {bad:?} is not a commit (7 to 64 lowercase hex digits, as the flake's self.rev)"
+            )
+        );
+    }
+}
