@@ -272,7 +272,7 @@ pub async fn wait_healthy(
                 break;
             }
             event = events.next() => match event {
-                Some((group, HubMessage::Event(event))) => waiter.on_event(group, *event),
+                Some((group, HubMessage::Event(event))) => waiter.on_event(group, &event),
                 Some((group, HubMessage::Failed { message, forbidden })) => {
                     waiter.on_error(group, message, forbidden)?
                 }
@@ -341,7 +341,7 @@ fn watches(
             None => watcher::watcher(api, config)
                 .default_backoff()
                 .map(|event| match event {
-                    Ok(event) => HubMessage::Event(Box::new(event)),
+                    Ok(event) => HubMessage::Event(std::sync::Arc::new(event)),
                     Err(error) => HubMessage::Failed {
                         message: error.to_string(),
                         forbidden: is_forbidden(&error),
@@ -453,7 +453,7 @@ impl Waiter {
         waiter
     }
 
-    fn on_event(&mut self, group: usize, event: Event<DynamicObject>) {
+    fn on_event(&mut self, group: usize, event: &Event<DynamicObject>) {
         match event {
             Event::Init => {
                 for &index in &self.groups[group].targets {
@@ -461,19 +461,19 @@ impl Waiter {
                 }
             }
             Event::InitApply(object) => {
-                if let Some(index) = self.index_of(group, &object) {
+                if let Some(index) = self.index_of(group, object) {
                     self.targets[index].listed = true;
                     self.observe(index, object);
                 }
             }
             Event::Apply(object) => {
-                if let Some(index) = self.index_of(group, &object) {
+                if let Some(index) = self.index_of(group, object) {
                     self.observe(index, object);
                 }
             }
             Event::Delete(object) => {
-                if let Some(index) = self.index_of(group, &object) {
-                    self.on_deleted(index, &object);
+                if let Some(index) = self.index_of(group, object) {
+                    self.on_deleted(index, object);
                 }
             }
             Event::InitDone => {
@@ -508,11 +508,11 @@ impl Waiter {
 
     /// A fresh LIST of a group, taken in as a watch's re-list would be.
     fn on_list(&mut self, group: usize, objects: Vec<DynamicObject>) {
-        self.on_event(group, Event::Init);
+        self.on_event(group, &Event::Init);
         for object in objects {
-            self.on_event(group, Event::InitApply(object));
+            self.on_event(group, &Event::InitApply(object));
         }
-        self.on_event(group, Event::InitDone);
+        self.on_event(group, &Event::InitDone);
     }
 
     fn on_error(
@@ -667,9 +667,9 @@ impl Waiter {
         }
     }
 
-    fn observe(&mut self, index: usize, object: DynamicObject) {
+    fn observe(&mut self, index: usize, object: &DynamicObject) {
         let resource = &self.targets[index].target.resource;
-        let value = match with_type(&object, resource) {
+        let value = match with_type(object, resource) {
             Ok(value) => value,
             Err(error) => {
                 self.set(
@@ -837,15 +837,15 @@ mod tests {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let t = |name: &str| WaitTarget::new(config_map(), Some("ns".to_owned()), name);
         let mut waiter = Waiter::new(vec![t("x"), t("y")], Some(tx));
-        waiter.on_event(0, Event::Init);
-        waiter.on_event(0, Event::InitApply(object("x")));
-        waiter.on_event(0, Event::InitApply(object("y")));
-        waiter.on_event(0, Event::InitApply(object("unrelated")));
-        waiter.on_event(0, Event::InitDone);
+        waiter.on_event(0, &Event::Init);
+        waiter.on_event(0, &Event::InitApply(object("x")));
+        waiter.on_event(0, &Event::InitApply(object("y")));
+        waiter.on_event(0, &Event::InitApply(object("unrelated")));
+        waiter.on_event(0, &Event::InitDone);
         assert_eq!(waiter.ready, 2);
-        waiter.on_event(0, Event::Init);
-        waiter.on_event(0, Event::InitApply(object("x")));
-        waiter.on_event(0, Event::InitDone);
+        waiter.on_event(0, &Event::Init);
+        waiter.on_event(0, &Event::InitApply(object("x")));
+        waiter.on_event(0, &Event::InitDone);
         assert_eq!(waiter.ready, 1);
         let report = waiter.report(true);
         assert_eq!(report.ready, vec![t("x")]);
@@ -925,17 +925,17 @@ mod tests {
     fn a_deleted_job_counts_by_the_outcome_it_reached() {
         let (mut waiter, target) = applied_job();
         // An older Job of the same name going away is no news.
-        waiter.on_event(0, Event::Delete(job_object("older", true)));
+        waiter.on_event(0, &Event::Delete(job_object("older", true)));
         assert_eq!((waiter.ready, waiter.targets[0].deleted), (0, false));
         // Ours, deleted in the foreground once complete: Ready, for good.
-        waiter.on_event(0, Event::Delete(job_object("ours", true)));
+        waiter.on_event(0, &Event::Delete(job_object("ours", true)));
         assert_eq!(waiter.ready, 1);
         waiter.on_list(0, vec![]);
         assert_eq!(waiter.report(false).ready, vec![target]);
 
         let (mut waiter, target) = applied_job();
-        waiter.on_event(0, Event::Apply(job_object("ours", false)));
-        waiter.on_event(0, Event::Delete(job_object("ours", false)));
+        waiter.on_event(0, &Event::Apply(job_object("ours", false)));
+        waiter.on_event(0, &Event::Delete(job_object("ours", false)));
         assert_eq!(waiter.deleted_unready, 1);
         let report = waiter.report(false);
         assert_eq!(
