@@ -273,6 +273,11 @@ pub async fn wait_healthy(
             }
             event = events.next() => match event {
                 Some((group, HubMessage::Event(event))) => waiter.on_event(group, &event),
+                Some((group, HubMessage::Listed(applied))) => {
+                    if let Event::Apply(object) = applied.as_ref() {
+                        waiter.on_listed(group, object);
+                    }
+                }
                 Some((group, HubMessage::Failed { message, forbidden })) => {
                     waiter.on_error(group, message, forbidden)?
                 }
@@ -460,12 +465,7 @@ impl Waiter {
                     self.targets[index].listed = false;
                 }
             }
-            Event::InitApply(object) => {
-                if let Some(index) = self.index_of(group, object) {
-                    self.targets[index].listed = true;
-                    self.observe(index, object);
-                }
-            }
+            Event::InitApply(object) => self.on_listed(group, object),
             Event::Apply(object) => {
                 if let Some(index) = self.index_of(group, object) {
                     self.observe(index, object);
@@ -491,6 +491,14 @@ impl Waiter {
                     self.on_missing(index);
                 }
             }
+        }
+    }
+
+    /// An object of a (re)list of `group`.
+    fn on_listed(&mut self, group: usize, object: &DynamicObject) {
+        if let Some(index) = self.index_of(group, object) {
+            self.targets[index].listed = true;
+            self.observe(index, object);
         }
     }
 

@@ -39,6 +39,10 @@ const DELETIONS_KEPT: usize = 1024;
 #[derive(Clone, Debug)]
 pub(crate) enum HubMessage {
     Event(Arc<Event<DynamicObject>>),
+    /// An object of a (re)list (the watch's `InitApply`), carried as the
+    /// `Apply` event the snapshot keeps: a wait that joined during the list
+    /// takes it as a change without a copy of its own.
+    Listed(Arc<Event<DynamicObject>>),
     /// The watch failed (it retries with backoff); `forbidden` when the
     /// apiserver refused it (403), which waiting longer cannot mend.
     Failed {
@@ -108,18 +112,25 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    /// Takes in one event, as the stream's subscribers will see it.
-    fn take(&mut self, event: &SharedEvent) {
+    /// Takes in one message, as the stream's subscribers will see it.
+    fn take(&mut self, message: &HubMessage) {
         let name = |o: &DynamicObject| o.metadata.name.clone().unwrap_or_default();
+        let event = match message {
+            HubMessage::Listed(applied) => {
+                if let Event::Apply(object) = applied.as_ref() {
+                    self.listing
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(name(object), applied.clone());
+                }
+                return;
+            }
+            HubMessage::Event(event) => event,
+            HubMessage::Failed { .. } => return,
+        };
         match event.as_ref() {
             Event::Init => self.listing = Some(BTreeMap::new()),
-            Event::InitApply(object) => {
-                // Sent to later subscribers as a change: copied once here.
-                let applied = Arc::new(Event::Apply(object.clone()));
-                self.listing
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(name(object), applied);
-            }
+            // Published as Listed.
+            Event::InitApply(_) => {}
             Event::InitDone => {
                 self.objects = self.listing.take().unwrap_or_default();
                 self.synced = true;
@@ -245,14 +256,12 @@ fn as_seen(message: HubMessage, skip: &mut bool) -> Vec<HubMessage> {
         return vec![message];
     }
     match message {
+        HubMessage::Listed(applied) => vec![HubMessage::Event(applied)],
         HubMessage::Event(event) => match event.as_ref() {
             Event::Init => Vec::new(),
             Event::InitDone => {
                 *skip = false;
                 Vec::new()
-            }
-            Event::InitApply(object) => {
-                vec![HubMessage::Event(Arc::new(Event::Apply(object.clone())))]
             }
             _ => vec![HubMessage::Event(event)],
         },
@@ -308,11 +317,14 @@ async fn relist_into(api: &Api<DynamicObject>, shared: &Shared) {
 }
 
 fn publish(shared: &Shared, event: Event<DynamicObject>) {
-    let event = Arc::new(event);
+    let message = match event {
+        Event::InitApply(object) => HubMessage::Listed(Arc::new(Event::Apply(object))),
+        other => HubMessage::Event(Arc::new(other)),
+    };
     let mut state = lock(&shared.state);
-    state.take(&event);
+    state.take(&message);
     // No subscriber yet is fine: the snapshot keeps it for the next one.
-    let _ = shared.sender.send(HubMessage::Event(event));
+    let _ = shared.sender.send(message);
 }
 
 fn failed(error: &watcher::Error) -> HubMessage {
@@ -361,6 +373,7 @@ mod tests {
                     }
                     _ => "other".into(),
                 },
+                HubMessage::Listed(_) => "listed".into(),
                 HubMessage::Failed { .. } => "failed".into(),
             })
             .collect()
@@ -371,18 +384,18 @@ mod tests {
     #[test]
     fn subscribers_share_each_object_instead_of_copying_it() {
         let mut snapshot = Snapshot::default();
-        for event in [
-            Event::Init,
-            Event::InitApply(configmap("a")),
-            Event::InitApply(configmap("b")),
-            Event::InitDone,
+        let listed = Arc::new(Event::Apply(configmap("b")));
+        for message in [
+            HubMessage::Event(Arc::new(Event::Init)),
+            HubMessage::Listed(Arc::new(Event::Apply(configmap("a")))),
+            HubMessage::Listed(listed.clone()),
+            HubMessage::Event(Arc::new(Event::InitDone)),
         ] {
-            snapshot.take(&Arc::new(event));
+            snapshot.take(&message);
         }
         let changed = Arc::new(Event::Apply(configmap("c")));
-        snapshot.take(&changed);
-        let gone = Arc::new(Event::Delete(configmap("a")));
-        snapshot.take(&gone);
+        snapshot.take(&HubMessage::Event(changed.clone()));
+        snapshot.take(&HubMessage::Event(Arc::new(Event::Delete(configmap("a")))));
 
         let first = snapshot.replay();
         let second = snapshot.replay();
@@ -393,12 +406,25 @@ mod tests {
             };
             assert!(Arc::ptr_eq(one, other), "each subscriber got its own copy");
         }
-        let HubMessage::Event(last) = &first[2] else {
-            panic!("an event");
+        let (HubMessage::Event(b), HubMessage::Event(c)) = (&first[1], &first[2]) else {
+            panic!("events expected");
         };
         assert!(
-            Arc::ptr_eq(last, &changed),
+            Arc::ptr_eq(b, &listed),
+            "the listed object is the one replayed"
+        );
+        assert!(
+            Arc::ptr_eq(c, &changed),
             "the live event is the one replayed"
         );
+
+        // A wait that joined during a list takes the list's objects as
+        // changes, the same copy.
+        let mut skip = true;
+        let seen = as_seen(HubMessage::Listed(listed.clone()), &mut skip);
+        let [HubMessage::Event(seen)] = seen.as_slice() else {
+            panic!("one event expected");
+        };
+        assert!(Arc::ptr_eq(seen, &listed), "a copy for the late subscriber");
     }
 }
